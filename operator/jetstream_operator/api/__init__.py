@@ -1,0 +1,1 @@
+"""Custom resource models: the single source of truth for the CRDs in `crds/`."""

@@ -1,0 +1,79 @@
+"""The kinds this operator serves, with everything the CRD and the handlers need to know of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from .. import GROUP, VERSION
+from .stream import StreamSpec, StreamStatus
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    """One column of `kubectl get`."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    priority: int = 0
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """A custom resource kind: its names, models and how kubectl shows it."""
+
+    kind: str
+    plural: str
+    spec_model: type[BaseModel]
+    status_model: type[BaseModel]
+    description: str
+    short_names: tuple[str, ...] = ()
+    columns: tuple[PrinterColumn, ...] = ()
+    categories: tuple[str, ...] = ("jetstream",)
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+    @property
+    def group(self) -> str:
+        return GROUP
+
+    @property
+    def version(self) -> str:
+        return VERSION
+
+
+READY_COLUMN = PrinterColumn(
+    "Ready", '.status.conditions[?(@.type=="Ready")].status', description="Ready condition"
+)
+REASON_COLUMN = PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1)
+AGE_COLUMN = PrinterColumn("Age", ".metadata.creationTimestamp", type="date")
+
+STREAM = ResourceKind(
+    kind="Stream",
+    plural="streams",
+    spec_model=StreamSpec,
+    status_model=StreamStatus,
+    description="A NATS JetStream stream managed by jetstream-operator.",
+    short_names=("jss",),
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Stream", ".spec.name"),
+        PrinterColumn("Messages", ".status.messages", type="integer"),
+        PrinterColumn("Bytes", ".status.bytes", type="integer"),
+        PrinterColumn("Replicas", ".spec.replicas", type="integer"),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
+ALL_KINDS: tuple[ResourceKind, ...] = (STREAM,)

@@ -1,0 +1,103 @@
+"""The `jetstream-operator` command: run the operator, print the CRDs, manage a dev environment."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_DEV_DIR = Path(".dev")
+
+
+def _run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from . import main as registrations  # noqa: F401  (importing registers the handlers)
+    from .settings import OperatorSettings
+
+    settings = OperatorSettings()
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    kopf.run(
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        liveness_endpoint=args.liveness,
+        standalone=True,
+    )
+    return 0
+
+
+def _crds(args: argparse.Namespace) -> int:
+    from .api.crdgen import crd_files, write_crds
+
+    if args.write:
+        for path in write_crds(Path(args.write)):
+            print(path)
+        return 0
+    print("---\n".join(crd_files().values()), end="")
+    return 0
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from .devenv import environment
+
+    state_dir = Path(args.state_dir)
+    if args.action == "up":
+        from kubernetes import config
+
+        from .api.crdgen import all_crds
+        from .k8s.crds import apply_crds
+
+        state = environment.up(state_dir, with_cluster=args.cluster)
+        api_client = config.new_client_from_config(str(state.kubeconfig))  # type: ignore[no-untyped-call]
+        apply_crds(api_client, all_crds())
+        print(f"export KUBECONFIG={state.kubeconfig.resolve()}")
+        print(f"export NATS_URL={state.nats_url}")
+        print(f"export JETSTREAM_OPERATOR_NATS_URL={state.nats_url}")
+        return 0
+    if args.action == "status":
+        report = environment.status(state_dir)
+        print(report.describe())
+        return 0 if report.healthy else 1
+    environment.down(state_dir)
+    print("dev environment stopped")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jetstream-operator", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the operator against the current kubeconfig")
+    run.add_argument("--verbose", action="store_true", help="debug logging")
+    run.add_argument(
+        "--liveness",
+        default=None,
+        help="health endpoint, e.g. http://0.0.0.0:8080/healthz (off when unset)",
+    )
+    run.set_defaults(handler=_run)
+
+    crds = commands.add_parser("crds", help="print the CRDs (or write them with --write DIR)")
+    crds.add_argument("--write", metavar="DIR", help="write one file per CRD into DIR")
+    crds.set_defaults(handler=_crds)
+
+    dev = commands.add_parser("dev", help="a local control plane and NATS for trying things out")
+    dev.add_argument("action", choices=["up", "down", "status"])
+    dev.add_argument("--state-dir", default=str(DEFAULT_DEV_DIR), help="where state is kept")
+    dev.add_argument("--cluster", action="store_true", help="also start a 3-node NATS cluster")
+    dev.set_defaults(handler=_dev)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Kubernetes I/O outside kopf: installing CRDs and other direct API calls."""

@@ -1,0 +1,1 @@
+"""NATS I/O: connections and the JetStream API. Nothing here decides anything."""

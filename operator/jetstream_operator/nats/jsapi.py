@@ -1,0 +1,99 @@
+"""The JetStream management API, spoken as plain JSON requests.
+
+Raw requests (rather than nats-py's typed helpers) let the operator send and read every field the
+server knows, including ones newer than the client library.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+ServerConfig = dict[str, Any]
+
+STREAM_NOT_FOUND = 10059
+STREAM_LIST_PAGE = 256
+
+
+class JetStreamError(Exception):
+    """An error answered by the JetStream API, with the server's own code and words."""
+
+    def __init__(self, code: int, err_code: int, description: str) -> None:
+        super().__init__(f"{description} (error {err_code})")
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+
+
+class JetStreamUnavailable(Exception):
+    """The JetStream API did not answer: NATS is down, or JetStream is not enabled."""
+
+
+class JetStreamApi:
+    """Stream operations on one NATS connection."""
+
+    def __init__(self, connection: Client, prefix: str = "$JS.API", timeout: float = 5.0) -> None:
+        self._connection = connection
+        self._prefix = prefix
+        self._timeout = timeout
+
+    async def request(self, subject: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = json.dumps(payload).encode() if payload is not None else b""
+        try:
+            reply = await self._connection.request(
+                f"{self._prefix}.{subject}", body, timeout=self._timeout
+            )
+        except NoRespondersError as error:
+            raise JetStreamUnavailable("no JetStream responded; is JetStream enabled?") from error
+        except NatsTimeoutError as error:
+            raise JetStreamUnavailable("the JetStream API did not answer in time") from error
+        answer: dict[str, Any] = json.loads(reply.data)
+        failure = answer.get("error")
+        if failure:
+            raise JetStreamError(
+                int(failure.get("code", 0)),
+                int(failure.get("err_code", 0)),
+                str(failure.get("description", "unknown error")),
+            )
+        return answer
+
+    async def stream_info(self, name: str) -> dict[str, Any] | None:
+        """The stream's info (config, state, cluster), or None when it does not exist."""
+        try:
+            return await self.request(f"STREAM.INFO.{name}")
+        except JetStreamError as error:
+            if error.err_code == STREAM_NOT_FOUND:
+                return None
+            raise
+
+    async def create_stream(self, config: ServerConfig) -> dict[str, Any]:
+        return await self.request(f"STREAM.CREATE.{config['name']}", config)
+
+    async def update_stream(self, config: ServerConfig) -> dict[str, Any]:
+        return await self.request(f"STREAM.UPDATE.{config['name']}", config)
+
+    async def delete_stream(self, name: str) -> bool:
+        """Delete a stream; False when it was already gone."""
+        try:
+            await self.request(f"STREAM.DELETE.{name}")
+        except JetStreamError as error:
+            if error.err_code == STREAM_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    async def list_streams(self) -> list[dict[str, Any]]:
+        """Every stream's info, a page of up to 256 per request."""
+        infos: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            page = await self.request("STREAM.LIST", {"offset": offset})
+            streams = page.get("streams") or []
+            infos.extend(streams)
+            offset += len(streams)
+            if not streams or offset >= int(page.get("total", 0)):
+                return infos

@@ -1,0 +1,32 @@
+"""Operator settings, read once from the environment (JETSTREAM_OPERATOR_*)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    """What an installation may tune; the Helm chart sets these as environment variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JETSTREAM_OPERATOR_", use_attribute_docstrings=True
+    )
+
+    nats_url: str = Field(default="nats://127.0.0.1:4222")
+    """Servers of the default NATS connection, comma-separated."""
+    nats_request_timeout: float = Field(default=5.0, gt=0)
+    """Seconds to wait for a JetStream API answer."""
+    retry_base_delay: float = Field(default=2.0, gt=0)
+    """First retry delay after a failure; doubled each time up to retry_max_delay."""
+    retry_max_delay: float = Field(default=300.0, gt=0)
+    """Longest wait between retries of a failing resource."""
+    namespaces: list[str] = Field(default_factory=list)
+    """Namespaces to watch; empty for the whole cluster."""
+
+    def nats_servers(self) -> list[str]:
+        return [server.strip() for server in self.nats_url.split(",") if server.strip()]
+
+    def retry_delay(self, attempt: int) -> float:
+        """Exponential backoff, so a failing resource never loops hot."""
+        return min(self.retry_max_delay, self.retry_base_delay * 2.0 ** max(0, attempt))

@@ -1,0 +1,129 @@
+"""Spec -> server config, drift detection and the create/update/conflict decision."""
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from jetstream_operator.api.stream import StreamSpec
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
+from jetstream_operator.reconcile.stream_config import config_differences, desired_stream_config
+from jetstream_operator.reconcile.stream_plan import (
+    CreateStream,
+    InSync,
+    OwnedElsewhere,
+    UpdateStream,
+    may_delete,
+    plan_stream,
+)
+
+OWNER = Owner("default", "orders", "uid-1")
+
+
+def spec(**fields: Any) -> StreamSpec:
+    return StreamSpec.model_validate({"name": "ORDERS", "subjects": ["orders.>"], **fields})
+
+
+def server_view(config: dict[str, Any]) -> dict[str, Any]:
+    """What the server answers for a config it accepted: false flags left out, metadata added."""
+    shown = {k: v for k, v in config.items() if v is not False}
+    shown["metadata"] = {**config["metadata"], "_nats.ver": "2.12.8", "_nats.level": "3"}
+    shown["compression"] = "none"
+    return shown
+
+
+def test_nack_style_manifest_maps_to_server_fields() -> None:
+    config = desired_stream_config(
+        spec(maxAge="1h", maxMsgs=10, maxBytes=300, replicas=3, storage="memory"), OWNER
+    )
+    assert config["max_age"] == 3_600_000_000_000
+    assert config["max_msgs"] == 10
+    assert config["max_bytes"] == 300
+    assert config["num_replicas"] == 3
+    assert config["storage"] == "memory"
+    assert config["metadata"] == {OWNER_METADATA_KEY: "default/orders/uid-1"}
+
+
+def test_unset_fields_are_stated_as_their_defaults() -> None:
+    config = desired_stream_config(spec(), OWNER)
+    assert config["max_age"] == 0
+    assert config["max_msgs"] == -1
+    assert config["duplicate_window"] == 120_000_000_000
+
+
+def test_duplicate_window_follows_a_short_max_age() -> None:
+    assert desired_stream_config(spec(maxAge="30s"), OWNER)["duplicate_window"] == 30_000_000_000
+
+
+def test_zero_limits_mean_unlimited_like_the_server() -> None:
+    assert desired_stream_config(spec(maxMsgs=0), OWNER)["max_msgs"] == -1
+
+
+def test_stream_without_subjects_captures_its_name() -> None:
+    config = desired_stream_config(StreamSpec(name="EVENTS"), OWNER)
+    assert config["subjects"] == ["EVENTS"]
+
+
+@pytest.mark.parametrize("name", ["a.b", "a*", "a>", "has space", ""])
+def test_stream_names_the_server_would_refuse_are_invalid(name: str) -> None:
+    with pytest.raises(ValidationError):
+        StreamSpec(name=name)
+
+
+def test_unknown_fields_are_refused() -> None:
+    with pytest.raises(ValidationError):
+        spec(maxMessages=5)
+
+
+def test_in_sync_config_shows_no_difference() -> None:
+    desired = desired_stream_config(spec(noAck=False), OWNER)
+    assert config_differences(desired, server_view(desired)) == []
+
+
+def test_removed_limit_is_a_difference_to_revert() -> None:
+    before = desired_stream_config(spec(maxAge="1h"), OWNER)
+    after = desired_stream_config(spec(), OWNER)
+    differences = config_differences(after, server_view(before))
+    assert {d.field for d in differences} == {"max_age"}
+
+
+def test_flag_turned_off_is_a_difference() -> None:
+    before = desired_stream_config(spec(noAck=True), OWNER)
+    after = desired_stream_config(spec(noAck=False), OWNER)
+    assert [d.field for d in config_differences(after, server_view(before))] == ["no_ack"]
+
+
+def test_plan_creates_a_missing_stream() -> None:
+    assert isinstance(plan_stream(spec(), OWNER, None), CreateStream)
+
+
+def test_plan_leaves_a_foreign_stream_alone() -> None:
+    foreign = {"config": {"name": "ORDERS", "subjects": ["orders.>"]}}
+    action = plan_stream(spec(), OWNER, foreign)
+    assert isinstance(action, OwnedElsewhere)
+    assert "not created by this operator" in action.message()
+
+
+def test_plan_reports_the_other_owner() -> None:
+    other = Owner("team-b", "orders", "uid-2")
+    desired = desired_stream_config(spec(), other)
+    action = plan_stream(spec(), OWNER, {"config": server_view(desired)})
+    assert isinstance(action, OwnedElsewhere)
+    assert "team-b/orders" in action.message()
+
+
+def test_plan_updates_only_on_difference() -> None:
+    current = {"config": server_view(desired_stream_config(spec(), OWNER))}
+    assert isinstance(plan_stream(spec(), OWNER, current), InSync)
+    action = plan_stream(spec(maxMsgs=5), OWNER, current)
+    assert isinstance(action, UpdateStream)
+    assert action.summary() == "max_msgs"
+
+
+def test_only_the_owning_resource_may_delete() -> None:
+    mine = {"config": server_view(desired_stream_config(spec(), OWNER))}
+    theirs = {"config": server_view(desired_stream_config(spec(), Owner("x", "y", "z")))}
+    assert may_delete(OWNER, mine)
+    assert not may_delete(OWNER, theirs)
+    assert not may_delete(OWNER, None)
+    assert not may_delete(OWNER, {"config": {"name": "ORDERS"}})
