@@ -12,9 +12,11 @@ from jetstream_operator.reconcile.stream_plan import (
     CreateStream,
     InSync,
     OwnedElsewhere,
+    UpdatesPrevented,
     UpdateStream,
     may_delete,
     plan_stream,
+    release_request,
 )
 
 OWNER = Owner("default", "orders", "uid-1")
@@ -127,3 +129,87 @@ def test_only_the_owning_resource_may_delete() -> None:
     assert not may_delete(OWNER, theirs)
     assert not may_delete(OWNER, None)
     assert not may_delete(OWNER, {"config": {"name": "ORDERS"}})
+
+
+def test_unowned_stream_is_adopted_only_when_asked() -> None:
+    foreign = {"config": {"name": "ORDERS", "subjects": ["orders.>"], "max_msgs": 7}}
+    assert isinstance(plan_stream(spec(), OWNER, foreign), OwnedElsewhere)
+    action = plan_stream(spec(adoption="IfUnowned"), OWNER, foreign)
+    assert isinstance(action, UpdateStream)
+    assert action.config["metadata"][OWNER_METADATA_KEY] == OWNER.encode()
+
+
+def test_adoption_never_steals_from_another_owner() -> None:
+    other = {"config": server_view(desired_stream_config(spec(), Owner("x", "y", "z")))}
+    assert isinstance(plan_stream(spec(adoption="IfUnowned"), OWNER, other), OwnedElsewhere)
+
+
+def test_prevent_update_reports_instead_of_updating() -> None:
+    current = {"config": server_view(desired_stream_config(spec(), OWNER))}
+    action = plan_stream(spec(maxMsgs=5, preventUpdate=True), OWNER, current)
+    assert isinstance(action, UpdatesPrevented)
+    assert [d.field for d in action.differences] == ["max_msgs"]
+
+
+def test_replicas_and_placement_change_in_separate_steps() -> None:
+    before = server_view(desired_stream_config(spec(), OWNER))
+    wanted = spec(replicas=3, placement={"cluster": "east", "tags": ["ssd"]})
+    first = plan_stream(wanted, OWNER, {"config": before})
+    assert isinstance(first, UpdateStream)
+    assert first.config["num_replicas"] == 3
+    assert first.config["placement"] is None
+    after_first = {**before, "num_replicas": 3}
+    second = plan_stream(wanted, OWNER, {"config": after_first})
+    assert isinstance(second, UpdateStream)
+    assert second.config["placement"] == {"cluster": "east", "tags": ["ssd"]}
+
+
+def test_create_only_fields_are_not_sent_in_updates_nor_drift() -> None:
+    current = server_view(desired_stream_config(spec(firstSequence=100), OWNER))
+    current["first_seq"] = 100
+    assert isinstance(plan_stream(spec(firstSequence=100), OWNER, {"config": current}), InSync)
+    action = plan_stream(spec(firstSequence=100, maxMsgs=3), OWNER, {"config": current})
+    assert isinstance(action, UpdateStream) and "first_seq" not in action.config
+
+
+def test_release_removes_only_our_mark() -> None:
+    current = server_view(desired_stream_config(spec(metadata={"team": "a"}), OWNER))
+    released = release_request(OWNER, {"config": current})
+    assert released is not None
+    assert released["metadata"] == {"team": "a"}
+    assert release_request(Owner("x", "y", "z"), {"config": current}) is None
+
+
+def test_retention_policy_defaults_to_delete_and_honours_nack_prevent_delete() -> None:
+    assert not spec().retains_data()
+    assert spec(preventDelete=True).retains_data()
+    assert spec(deletionPolicy="Retain").retains_data()
+    assert not spec(deletionPolicy="Delete", preventDelete=True).retains_data()
+
+
+def test_mirror_and_sources_map_to_server_shapes() -> None:
+    config = desired_stream_config(
+        StreamSpec.model_validate(
+            {
+                "name": "COPY",
+                "sources": [
+                    {
+                        "name": "ORDERS",
+                        "optStartTime": "2026-01-01T01:00:00+01:00",
+                        "subjectTransforms": [{"source": "orders.>", "dest": "copy.>"}],
+                        "externalApiPrefix": "$JS.hub.API",
+                    }
+                ],
+            }
+        ),
+        OWNER,
+    )
+    assert config["subjects"] == []
+    assert config["sources"] == [
+        {
+            "name": "ORDERS",
+            "opt_start_time": "2026-01-01T00:00:00Z",
+            "subject_transforms": [{"src": "orders.>", "dest": "copy.>"}],
+            "external": {"api": "$JS.hub.API", "deliver": ""},
+        }
+    ]

@@ -10,7 +10,14 @@ import re
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    JsonValue,
+    PlainSerializer,
+    WithJsonSchema,
+)
 from pydantic.alias_generators import to_camel
 
 
@@ -82,3 +89,8 @@ Duration = Annotated[
     WithJsonSchema({"type": "string", "pattern": GO_DURATION_PATTERN}),
 ]
 """A Go duration string on the wire ("24h"), nanoseconds in Python and on the server."""
+
+
+def cel(rule: str, message: str) -> JsonValue:
+    """A CEL validation rule for `x-kubernetes-validations`, checked by the API server."""
+    return {"rule": rule, "message": message}

@@ -1,28 +1,175 @@
-"""The Stream custom resource: one JetStream stream, described completely by its spec."""
+"""The Stream custom resource: one JetStream stream, described completely by its spec.
+
+Field names and value formats follow NACK's `jetstream.nats.io/v1beta2` Stream, so its manifests
+apply after changing only the apiVersion. Rules the API server can check are CEL rules here, so
+bad input is refused at `kubectl apply` time rather than discovered while reconciling.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, ConfigDict, Field, JsonValue
 
-from .base import Duration, ResourceModel
+from .base import Duration, ResourceModel, cel
 from .status import Condition
 
 STREAM_NAME_PATTERN = r"^[^.*>\s]+$"
 StreamName = Annotated[str, Field(min_length=1, max_length=255, pattern=STREAM_NAME_PATTERN)]
+Subject = Annotated[str, Field(min_length=1, max_length=1024)]
 Limit = Annotated[int, Field(ge=-1)]
+ShortText = Annotated[str, Field(max_length=4096)]
+
+
+class SubjectTransform(ResourceModel):
+    """Rewrites subjects matching `source` into `dest`."""
+
+    source: Subject
+    """Subject filter the transform applies to."""
+    dest: Subject
+    """Destination subject, using {{wildcard(n)}} for tokens of the source."""
+
+
+class StreamSource(ResourceModel):
+    """Another stream to copy messages from (the shape of NACK's mirror and sources)."""
+
+    name: StreamName
+    """Name of the origin stream."""
+    opt_start_seq: Annotated[int, Field(ge=0)] | None = None
+    """Start copying at this sequence of the origin."""
+    opt_start_time: AwareDatetime | None = None
+    """Start copying at messages from this time on (RFC 3339)."""
+    filter_subject: Subject | None = None
+    """Copy only messages on this subject."""
+    subject_transforms: Annotated[list[SubjectTransform], Field(max_length=32)] = Field(
+        default_factory=list
+    )
+    """Subject filters with rewrites; replaces filterSubject when set."""
+    external_api_prefix: Annotated[str, Field(max_length=255)] | None = None
+    """JetStream API prefix of the origin's domain or account, e.g. "$JS.hub.API"."""
+    external_deliver_prefix: Annotated[str, Field(max_length=255)] | None = None
+    """Delivery subject prefix used for the copy across domains or accounts."""
+
+
+class Placement(ResourceModel):
+    """Where the stream's replicas live in a super-cluster."""
+
+    cluster: Annotated[str, Field(max_length=255)] | None = None
+    """Cluster to place the stream in."""
+    tags: Annotated[list[Annotated[str, Field(max_length=255)]], Field(max_length=32)] = Field(
+        default_factory=list
+    )
+    """Servers must carry all these tags."""
+
+
+class Republish(ResourceModel):
+    """Republishes every stored message to another subject, for lightweight fan-out."""
+
+    source: Subject = ">"
+    """Subjects of the stream to republish."""
+    destination: Subject
+    """Where to republish them."""
+    headers_only: bool = False
+    """Republish only the headers, not the payload."""
+    nack_headers_only: bool = Field(default=False, alias="headers_only")
+    """NACK's spelling of headersOnly, accepted so NACK manifests apply unchanged."""
+
+    def only_headers(self) -> bool:
+        return self.headers_only or self.nack_headers_only
+
+
+class ConsumerLimits(ResourceModel):
+    """Defaults and ceilings for the stream's consumers."""
+
+    inactive_threshold: Duration | None = None
+    """Longest inactivity before an ephemeral consumer is removed."""
+    max_ack_pending: Annotated[int, Field(ge=-1)] | None = None
+    """Largest maxAckPending a consumer of this stream may have."""
+
+
+def _unchanged(field: str) -> str:
+    return (
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
+    )
+
+
+def _never_turned_off(field: str) -> str:
+    return f"!(has(oldSelf.{field}) && oldSelf.{field}) || (has(self.{field}) && self.{field})"
+
+
+STREAM_RULES: list[JsonValue] = [
+    cel(
+        "self.name == oldSelf.name",
+        "spec.name is immutable: create a new Stream resource for the new name "
+        "(renaming would orphan the old stream)",
+    ),
+    cel(
+        "self.storage == oldSelf.storage",
+        "spec.storage cannot change on an existing stream: create a new stream and move the data",
+    ),
+    cel(
+        "(self.retention == 'workqueue') == (oldSelf.retention == 'workqueue')",
+        "spec.retention cannot change to or from workqueue; only limits <-> interest is allowed",
+    ),
+    cel(
+        "!has(self.mirror) || (has(oldSelf.mirror) && self.mirror == oldSelf.mirror)",
+        "spec.mirror cannot be added or changed on an existing stream; it may only be removed "
+        "(which promotes the mirror to a normal stream)",
+    ),
+    cel(_unchanged("firstSequence"), "spec.firstSequence applies only when the stream is created"),
+    cel(_never_turned_off("sealed"), "a sealed stream cannot be unsealed"),
+    cel(_never_turned_off("denyDelete"), "spec.denyDelete cannot be turned off once on"),
+    cel(_never_turned_off("denyPurge"), "spec.denyPurge cannot be turned off once on"),
+    cel(_never_turned_off("allowMsgTtl"), "spec.allowMsgTtl cannot be turned off once on"),
+    cel(
+        _never_turned_off("allowMsgSchedules"),
+        "spec.allowMsgSchedules cannot be turned off once on",
+    ),
+    cel(_unchanged("allowMsgCounter"), "spec.allowMsgCounter cannot change after creation"),
+    cel(_unchanged("persistMode"), "spec.persistMode cannot change after creation"),
+]
+
+SPEC_RULES: list[JsonValue] = [
+    cel(
+        "!has(self.mirror) || !has(self.subjects) || size(self.subjects) == 0",
+        "a mirror takes its subjects from the origin: remove spec.subjects or spec.mirror",
+    ),
+    cel(
+        "!has(self.mirror) || !has(self.sources) || size(self.sources) == 0",
+        "spec.mirror and spec.sources are mutually exclusive",
+    ),
+    cel(
+        "!has(self.discardPerSubject) || !self.discardPerSubject || "
+        "(self.discard == 'new' && has(self.maxMsgsPerSubject) && self.maxMsgsPerSubject > 0)",
+        "spec.discardPerSubject needs discard: new and maxMsgsPerSubject > 0",
+    ),
+    cel(
+        "!has(self.subjectDeleteMarkerTtl) || "
+        "(has(self.allowMsgTtl) && self.allowMsgTtl && has(self.allowRollup) && self.allowRollup)",
+        "spec.subjectDeleteMarkerTtl needs allowMsgTtl: true and allowRollup: true",
+    ),
+    cel(
+        "!has(self.mirrorDirect) || !self.mirrorDirect || has(self.mirror)",
+        "spec.mirrorDirect applies only to a mirror",
+    ),
+]
 
 
 class StreamSpec(ResourceModel):
     """Desired state of a JetStream stream. Fields left out take the server's defaults."""
 
+    model_config = ConfigDict(
+        **ResourceModel.model_config,
+        json_schema_extra={"x-kubernetes-validations": [*STREAM_RULES, *SPEC_RULES]},
+    )
+
     name: StreamName
-    """Name of the stream in NATS. Must not contain '.', '*', '>' or whitespace."""
-    description: str | None = None
+    """Name of the stream in NATS. Must not contain '.', '*', '>' or whitespace. Immutable."""
+    description: ShortText | None = None
     """Free text shown by `nats stream info`."""
-    subjects: list[str] = Field(default_factory=list)
-    """Subjects the stream captures; wildcards allowed."""
+    subjects: Annotated[list[Subject], Field(max_length=1000)] = Field(default_factory=list)
+    """Subjects the stream captures; wildcards allowed. Empty: the stream's own name."""
     retention: Literal["limits", "interest", "workqueue"] = "limits"
     """When messages go: at the limits, once all interested consumers acked, or at first ack."""
     storage: Literal["file", "memory"] = "file"
@@ -43,10 +190,83 @@ class StreamSpec(ResourceModel):
     """How many messages kept per subject; -1 for no limit."""
     discard: Literal["old", "new"] = "old"
     """What happens at a limit: drop the oldest messages, or refuse new ones."""
+    discard_per_subject: bool = False
+    """Apply discard: new per subject (needs maxMsgsPerSubject > 0)."""
     duplicate_window: Duration | None = None
     """How long message ids are remembered to drop duplicates; the server's default is 2m."""
     no_ack: bool = False
     """Do not acknowledge publishes."""
+    placement: Placement | None = None
+    """Cluster and server tags the stream is placed on."""
+    mirror: StreamSource | None = None
+    """Make this stream a read-only copy of another. Cannot be added later; may be removed."""
+    sources: Annotated[list[StreamSource], Field(max_length=256)] = Field(default_factory=list)
+    """Streams whose messages are copied into this one."""
+    compression: Literal["none", "s2"] = "none"
+    """Compress file storage (applies to new blocks)."""
+    first_sequence: Annotated[int, Field(ge=0)] | None = None
+    """First sequence number of a new stream. Used only at creation."""
+    subject_transform: SubjectTransform | None = None
+    """Rewrite subjects of incoming messages before storing them."""
+    republish: Republish | None = None
+    """Republish stored messages to another subject."""
+    sealed: bool = False
+    """Seal the stream: no more messages, deletes or purges. Cannot be undone."""
+    deny_delete: bool = False
+    """Refuse deleting single messages. Cannot be turned off."""
+    deny_purge: bool = False
+    """Refuse purging the stream. Cannot be turned off."""
+    allow_rollup: bool = False
+    """Allow the Nats-Rollup header to replace a subject's or the stream's content."""
+    allow_direct: bool = False
+    """Allow direct get of messages, answered by any replica."""
+    mirror_direct: bool = False
+    """Let a mirror answer direct gets for its origin."""
+    allow_msg_ttl: bool = False
+    """Allow per-message TTLs (Nats-TTL header, server 2.11+). Cannot be turned off."""
+    subject_delete_marker_ttl: Duration | None = None
+    """Leave a delete marker for this long when limits remove a subject's last message (2.11+)."""
+    allow_msg_counter: bool = False
+    """Make the stream a distributed counter (server 2.12+). Set only at creation."""
+    allow_atomic_publish: bool = False
+    """Allow atomic batch publishes (server 2.12+)."""
+    allow_msg_schedules: bool = False
+    """Allow scheduled messages (server 2.12+). Cannot be turned off."""
+    persist_mode: Literal["default", "async"] | None = None
+    """File store write mode (server 2.12+): default (synced) or async. Set only at creation."""
+    consumer_limits: ConsumerLimits | None = None
+    """Defaults and ceilings applied to the stream's consumers."""
+    metadata: dict[
+        Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=4096)]
+    ] = Field(default_factory=dict)
+    """Free key/value pairs stored with the stream (server 2.10+)."""
+    deletion_policy: Literal["Delete", "Retain"] | None = None
+    """On deleting the resource: Delete the stream and its data (default) or Retain them."""
+    prevent_delete: bool = False
+    """NACK's spelling of deletionPolicy: Retain."""
+    prevent_update: bool = False
+    """NACK's switch to create the stream but never update it afterwards."""
+    adoption: Literal["Never", "IfUnowned"] = "Never"
+    """Take over a stream that already exists and has no owner (IfUnowned), or never do."""
+
+    def retains_data(self) -> bool:
+        """Whether deleting the resource must leave the stream in NATS."""
+        if self.deletion_policy is not None:
+            return self.deletion_policy == "Retain"
+        return self.prevent_delete
+
+
+class ReplicaState(ResourceModel):
+    """One replica of a clustered stream, as the leader sees it."""
+
+    name: str
+    """Server name of the replica."""
+    current: bool
+    """Whether the replica is up to date."""
+    active: str | None = None
+    """How long ago the leader last heard from it."""
+    lag: int | None = None
+    """Operations the replica is behind."""
 
 
 class StreamStatus(ResourceModel):
@@ -70,3 +290,9 @@ class StreamStatus(ResourceModel):
     """Consumers of the stream on the server."""
     replicas: int | None = None
     """Replicas the server reports for the stream."""
+    cluster: str | None = None
+    """Cluster the stream lives in."""
+    leader: str | None = None
+    """Server currently leading the stream."""
+    replica_states: list[ReplicaState] = Field(default_factory=list)
+    """Each follower replica: current or lagging."""

@@ -11,15 +11,17 @@ from pydantic import ValidationError
 from ..api.stream import StreamSpec
 from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
 from ..reconcile.conditions import Outcome
-from ..reconcile.ownership import Owner
+from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.stream_plan import (
     CreateStream,
     InSync,
     OwnedElsewhere,
+    UpdatesPrevented,
     UpdateStream,
     live_state,
     may_delete,
     plan_stream,
+    release_request,
 )
 
 
@@ -68,59 +70,94 @@ def deletion_blocked(spec: Mapping[str, Any], error: JetStreamUnavailable) -> Ou
     )
 
 
-async def reconcile(spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi) -> Result:
-    """Bring the stream on the server in line with the spec, and say how it went."""
+_MAX_STEPS = 3  # a create or update, plus a placement change the server wants on its own
+
+
+async def reconcile(
+    spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi, *, drift: bool = False
+) -> Result:
+    """Bring the stream on the server in line with the spec, and say how it went.
+
+    `drift` marks a pass started by a change on the server rather than in the spec, so the
+    event says what happened.
+    """
     try:
         stream_spec = StreamSpec.model_validate(dict(spec))
     except ValidationError as error:
         return Result(Outcome(False, "InvalidSpec", _validation_message(error), stalled=True))
+    name = stream_spec.name
+    events: list[Event] = []
+    outcome = Outcome(True, "Synced", f"stream {name} matches the spec")
     try:
-        info = await jetstream.stream_info(stream_spec.name)
-        action = plan_stream(stream_spec, owner, info)
-        events: list[Event] = []
-        match action:
-            case CreateStream(config=config):
-                info = await jetstream.create_stream(config)
-                events.append(Event("Normal", "Created", f"created stream {stream_spec.name}"))
-            case UpdateStream():
-                info = await jetstream.update_stream(action.config)
-                message = f"updated stream {stream_spec.name}: {action.summary()}"
-                events.append(Event("Normal", "Updated", message))
-            case OwnedElsewhere():
-                message = action.message()
-                return Result(
-                    Outcome(False, "Conflict", message, stalled=True),
-                    events=[Event("Warning", "Conflict", message)],
-                )
-            case InSync():
-                pass
+        info = await jetstream.stream_info(name)
+        for _ in range(_MAX_STEPS):
+            action = plan_stream(stream_spec, owner, info)
+            match action:
+                case CreateStream(config=config):
+                    info = await jetstream.create_stream(config)
+                    reason = "Recreated" if drift else "Created"
+                    events.append(Event("Normal", reason, f"created stream {name}"))
+                case UpdateStream():
+                    adopting = recorded_owner((info or {}).get("config") or {}) is None
+                    info = await jetstream.update_stream(action.config)
+                    if adopting:
+                        events.append(Event("Normal", "Adopted", f"adopted stream {name}"))
+                    reason = "DriftRepaired" if drift else "Updated"
+                    events.append(Event("Normal", reason, f"{name}: {action.summary()}"))
+                    continue
+                case OwnedElsewhere():
+                    message = action.message()
+                    return Result(
+                        Outcome(False, "Conflict", message, stalled=True),
+                        events=[Event("Warning", "Conflict", message)],
+                    )
+                case UpdatesPrevented(differences=differences):
+                    fields = ", ".join(d.field for d in differences)
+                    outcome = Outcome(
+                        True,
+                        "UpdatesPrevented",
+                        f"stream {name} differs from the spec ({fields}) but spec.preventUpdate "
+                        "is set; remove it to apply the spec",
+                    )
+                case InSync():
+                    pass
+            break
     except JetStreamUnavailable as error:
         return unavailable(error)
     except JetStreamError as error:
         message = f"NATS refused the stream config: {error.description} (error {error.err_code})"
         return Result(
             Outcome(False, "ServerRejected", message, stalled=True),
-            events=[Event("Warning", "ServerRejected", message)],
+            events=[*events, Event("Warning", "ServerRejected", message)],
             retry=True,
         )
     assert info is not None
-    return Result(
-        Outcome(True, "Synced", f"stream {stream_spec.name} matches the spec"),
-        status=live_state(info),
-        events=events,
-    )
+    return Result(outcome, status=live_state(info), events=events)
 
 
 async def finalize(spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi) -> Result:
-    """Delete the stream if this resource owns it; anything else is left as it is."""
+    """Delete the stream if this resource owns it and may delete it; leave anything else."""
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         return Result(Outcome(True, "Deleted", "no stream name; nothing to delete"))
+    try:
+        retain = StreamSpec.model_validate(dict(spec)).retains_data()
+    except ValidationError:
+        retain = True  # when in doubt, keep the data
     try:
         info = await jetstream.stream_info(name)
         if not may_delete(owner, info):
             reason = "AlreadyGone" if info is None else "NotOwned"
             return Result(Outcome(True, reason, f"stream {name} not deleted: {reason}"))
+        assert info is not None
+        if retain:
+            release = release_request(owner, info)
+            if release is not None:
+                await jetstream.update_stream(release)
+            message = f"stream {name} retained in NATS (deletionPolicy: Retain)"
+            return Result(
+                Outcome(True, "Retained", message), events=[Event("Normal", "Retained", message)]
+            )
         await jetstream.delete_stream(name)
     except JetStreamUnavailable as error:
         result = unavailable(error)

@@ -7,53 +7,25 @@ so a field removed from the spec returns to its default on the server instead of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from ..api.stream import StreamSpec
+from ..api.stream import StreamSource, StreamSpec, SubjectTransform
 from .ownership import OWNER_METADATA_KEY, Owner
 
 ServerConfig = dict[str, Any]
 
 # Metadata keys the server itself maintains (`_nats.*`); never part of the desired state.
 _SERVER_METADATA_PREFIX = "_nats"
+# Fields the server takes only when a stream is created; later differences are not drift.
+CREATE_ONLY_FIELDS = frozenset({"first_seq"})
 
-
-def desired_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
-    """The complete config the server should hold for this spec (JetStream API JSON)."""
-    config: ServerConfig = {
-        "name": spec.name,
-        # With no subjects the server captures the stream's own name; saying so avoids a
-        # difference that would never settle.
-        "subjects": list(spec.subjects) or [spec.name],
-        "retention": spec.retention,
-        "storage": spec.storage,
-        "num_replicas": spec.replicas,
-        "max_consumers": _limit(spec.max_consumers),
-        "max_msgs": _limit(spec.max_msgs),
-        "max_bytes": _limit(spec.max_bytes),
-        "max_age": spec.max_age,
-        "max_msg_size": _limit(spec.max_msg_size),
-        "max_msgs_per_subject": _limit(spec.max_msgs_per_subject),
-        "discard": spec.discard,
-        "no_ack": spec.no_ack,
-        "metadata": {OWNER_METADATA_KEY: owner.encode()},
-    }
-    if spec.description is not None:
-        config["description"] = spec.description
-    config["duplicate_window"] = (
-        spec.duplicate_window
-        if spec.duplicate_window is not None
-        else default_duplicate_window(spec.max_age)
-    )
-    return config
+DEFAULT_DUPLICATE_WINDOW_NS = 120_000_000_000
 
 
 def _limit(value: int) -> int:
     """The server stores 0 as -1 (no limit); saying -1 keeps the comparison honest."""
     return -1 if value == 0 else value
-
-
-DEFAULT_DUPLICATE_WINDOW_NS = 120_000_000_000
 
 
 def default_duplicate_window(max_age_ns: int) -> int:
@@ -64,6 +36,116 @@ def default_duplicate_window(max_age_ns: int) -> int:
     if 0 < max_age_ns < DEFAULT_DUPLICATE_WINDOW_NS:
         return max_age_ns
     return DEFAULT_DUPLICATE_WINDOW_NS
+
+
+def go_time(moment: datetime) -> str:
+    """RFC 3339 in UTC, as the server renders times, so equal instants compare equal."""
+    utc = moment.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if utc.microsecond:
+        text += f".{utc.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def _transform(transform: SubjectTransform) -> dict[str, str]:
+    return {"src": transform.source, "dest": transform.dest}
+
+
+def _source(source: StreamSource) -> dict[str, Any]:
+    config: dict[str, Any] = {"name": source.name}
+    if source.opt_start_seq:
+        config["opt_start_seq"] = source.opt_start_seq
+    if source.opt_start_time is not None:
+        config["opt_start_time"] = go_time(source.opt_start_time)
+    if source.filter_subject:
+        config["filter_subject"] = source.filter_subject
+    if source.subject_transforms:
+        config["subject_transforms"] = [_transform(t) for t in source.subject_transforms]
+    if source.external_api_prefix or source.external_deliver_prefix:
+        config["external"] = {
+            "api": source.external_api_prefix or "",
+            "deliver": source.external_deliver_prefix or "",
+        }
+    return config
+
+
+def desired_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
+    """The complete config the server should hold for this spec (JetStream API JSON)."""
+    captures_own_name = spec.mirror is None and not spec.sources
+    config: ServerConfig = {
+        "name": spec.name,
+        "description": spec.description or "",
+        # With no subjects the server captures the stream's own name; saying so avoids a
+        # difference that would never settle.
+        "subjects": list(spec.subjects) or ([spec.name] if captures_own_name else []),
+        "retention": spec.retention,
+        "storage": spec.storage,
+        "num_replicas": spec.replicas,
+        "max_consumers": _limit(spec.max_consumers),
+        "max_msgs": _limit(spec.max_msgs),
+        "max_bytes": _limit(spec.max_bytes),
+        "max_age": spec.max_age,
+        "max_msg_size": _limit(spec.max_msg_size),
+        "max_msgs_per_subject": _limit(spec.max_msgs_per_subject),
+        "discard": spec.discard,
+        "discard_new_per_subject": spec.discard_per_subject,
+        "duplicate_window": (
+            spec.duplicate_window
+            if spec.duplicate_window is not None
+            else default_duplicate_window(spec.max_age)
+        ),
+        "no_ack": spec.no_ack,
+        "placement": (
+            {"cluster": spec.placement.cluster or "", "tags": list(spec.placement.tags)}
+            if spec.placement
+            else None
+        ),
+        "mirror": _source(spec.mirror) if spec.mirror else None,
+        "sources": [_source(source) for source in spec.sources],
+        "compression": spec.compression,
+        "subject_transform": (
+            _transform(spec.subject_transform) if spec.subject_transform else None
+        ),
+        "republish": (
+            {
+                "src": spec.republish.source,
+                "dest": spec.republish.destination,
+                "headers_only": spec.republish.only_headers(),
+            }
+            if spec.republish
+            else None
+        ),
+        "sealed": spec.sealed,
+        "deny_delete": spec.deny_delete,
+        "deny_purge": spec.deny_purge,
+        "allow_rollup_hdrs": spec.allow_rollup,
+        "allow_direct": spec.allow_direct,
+        "mirror_direct": spec.mirror_direct,
+        "allow_msg_ttl": spec.allow_msg_ttl,
+        "subject_delete_marker_ttl": spec.subject_delete_marker_ttl or 0,
+        "allow_msg_counter": spec.allow_msg_counter,
+        "allow_atomic": spec.allow_atomic_publish,
+        "allow_msg_schedules": spec.allow_msg_schedules,
+        "consumer_limits": (
+            {
+                "inactive_threshold": spec.consumer_limits.inactive_threshold or 0,
+                "max_ack_pending": spec.consumer_limits.max_ack_pending or 0,
+            }
+            if spec.consumer_limits
+            else {}
+        ),
+        "metadata": {**spec.metadata, OWNER_METADATA_KEY: owner.encode()},
+    }
+    if spec.persist_mode is not None:
+        config["persist_mode"] = spec.persist_mode
+    if spec.first_sequence:
+        config["first_seq"] = spec.first_sequence
+    return config
+
+
+def without_create_only(config: ServerConfig) -> ServerConfig:
+    """An update request: the server refuses create-only fields that differ, so leave them out."""
+    return {key: value for key, value in config.items() if key not in CREATE_ONLY_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -78,7 +160,19 @@ class FieldDifference:
         return f"{self.field}: {self.actual!r} -> {self.desired!r}"
 
 
-def _normalize_metadata(value: Any) -> dict[str, str]:
+def _prune(value: Any) -> Any:
+    """Drop empty values at every depth: the server leaves out false, "", 0, [] and {}."""
+    if isinstance(value, dict):
+        pruned = {key: _prune(item) for key, item in value.items()}
+        return {
+            key: item for key, item in pruned.items() if item not in (None, False, "", 0, [], {})
+        }
+    if isinstance(value, list):
+        return [_prune(item) for item in value]
+    return value
+
+
+def _user_metadata(value: Any) -> dict[str, str]:
     return {
         key: val
         for key, val in (value or {}).items()
@@ -87,18 +181,14 @@ def _normalize_metadata(value: Any) -> dict[str, str]:
 
 
 def config_differences(desired: ServerConfig, actual: ServerConfig) -> list[FieldDifference]:
-    """Fields where the server's config departs from the desired one; empty when in sync.
-
-    The server leaves out empty values (false, "", [], {}), so any two empty values are equal.
-    """
+    """Fields where the server's config departs from the desired one; empty when in sync."""
     differences: list[FieldDifference] = []
-    for key in sorted(desired):
-        want = desired[key]
-        have = actual.get(key)
+    for key in sorted(set(desired) - CREATE_ONLY_FIELDS):
+        want, have = desired[key], actual.get(key)
         if key == "metadata":
-            want, have = _normalize_metadata(want), _normalize_metadata(have)
-        if not want and not have:
-            continue
-        if want != have:
+            want, have = _user_metadata(want), _user_metadata(have)
+        if key == "persist_mode" and not have:
+            have = "default"
+        if _prune({key: want}) != _prune({key: have}):
             differences.append(FieldDifference(key, want, have))
     return differences

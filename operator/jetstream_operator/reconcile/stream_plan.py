@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.base import format_duration
 from ..api.stream import StreamSpec
-from .ownership import Owner, recorded_owner
-from .stream_config import FieldDifference, ServerConfig, config_differences, desired_stream_config
+from .ownership import OWNER_METADATA_KEY, Owner, recorded_owner
+from .stream_config import (
+    FieldDifference,
+    ServerConfig,
+    config_differences,
+    desired_stream_config,
+    without_create_only,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,13 @@ class InSync:
 
 
 @dataclass(frozen=True)
+class UpdatesPrevented:
+    """The spec asks for updates to be skipped (NACK's preventUpdate), and the server differs."""
+
+    differences: list[FieldDifference]
+
+
+@dataclass(frozen=True)
 class OwnedElsewhere:
     """The stream exists but belongs to another resource, or to nobody we know of."""
 
@@ -40,7 +54,8 @@ class OwnedElsewhere:
         if self.owner is None:
             return (
                 f"stream {self.stream!r} already exists in NATS and was not created by this "
-                "operator; it is left untouched. Delete it, or choose another spec.name."
+                "operator; it is left untouched. To manage it, set spec.adoption: IfUnowned; "
+                "otherwise choose another spec.name."
             )
         return (
             f"stream {self.stream!r} is managed by {self.owner.describe()}; it is left untouched. "
@@ -48,22 +63,31 @@ class OwnedElsewhere:
         )
 
 
-StreamAction = CreateStream | UpdateStream | InSync | OwnedElsewhere
+StreamAction = CreateStream | UpdateStream | InSync | OwnedElsewhere | UpdatesPrevented
 
 
 def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> StreamAction:
-    """What must happen for the server to match the spec."""
+    """What must happen next for the server to match the spec (one request at a time)."""
     desired = desired_stream_config(spec, owner)
     if info is None:
         return CreateStream(desired)
     actual: ServerConfig = info.get("config") or {}
     current_owner = recorded_owner(actual)
-    if current_owner is None or current_owner.uid != owner.uid:
+    adoptable = current_owner is None and spec.adoption == "IfUnowned"
+    if not adoptable and (current_owner is None or current_owner.uid != owner.uid):
         return OwnedElsewhere(spec.name, current_owner)
     differences = config_differences(desired, actual)
-    if differences:
-        return UpdateStream(desired, differences)
-    return InSync()
+    if not differences:
+        return InSync()
+    if spec.prevent_update and not adoptable:
+        return UpdatesPrevented(differences)
+    request = without_create_only(desired)
+    changed = {difference.field for difference in differences}
+    if {"num_replicas", "placement"} <= changed:
+        # The server refuses both in one update (error 10123): replicas first, placement next.
+        request["placement"] = actual.get("placement")
+        differences = [d for d in differences if d.field != "placement"]
+    return UpdateStream(request, differences)
 
 
 def may_delete(owner: Owner, info: dict[str, Any] | None) -> bool:
@@ -74,12 +98,39 @@ def may_delete(owner: Owner, info: dict[str, Any] | None) -> bool:
     return current is not None and current.uid == owner.uid
 
 
+def release_request(owner: Owner, info: dict[str, Any]) -> ServerConfig | None:
+    """The update that removes our ownership mark from a retained stream, so it can be adopted
+    later; None when the stream is not ours."""
+    if not may_delete(owner, info):
+        return None
+    config = dict(info.get("config") or {})
+    metadata = {
+        key: value
+        for key, value in (config.get("metadata") or {}).items()
+        if key != OWNER_METADATA_KEY and not key.startswith("_nats")
+    }
+    config["metadata"] = metadata
+    return without_create_only(config)
+
+
 def live_state(info: dict[str, Any]) -> dict[str, Any]:
     """The status fields that show the stream's live state."""
     state = info.get("state") or {}
     config = info.get("config") or {}
+    cluster = info.get("cluster") or {}
     return {
         "streamName": config.get("name"),
+        "cluster": cluster.get("name"),
+        "leader": cluster.get("leader"),
+        "replicaStates": [
+            {
+                "name": replica.get("name", ""),
+                "current": bool(replica.get("current")),
+                "lag": replica.get("lag", 0),
+                "active": format_duration(int(replica.get("active", 0))),
+            }
+            for replica in cluster.get("replicas") or []
+        ],
         "messages": state.get("messages", 0),
         "bytes": state.get("bytes", 0),
         "firstSequence": state.get("first_seq", 0),
