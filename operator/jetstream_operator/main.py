@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -10,8 +12,12 @@ import kopf
 from . import GROUP, VERSION
 from .api.kinds import STREAM
 from .handlers import stream as stream_handlers
+from .handlers.drift import DriftWatcher
+from .handlers.registry import StreamRegistry
 from .handlers.stream import Result
-from .nats.jsapi import JetStreamApi, JetStreamUnavailable
+from .k8s.client import api_client
+from .k8s.status import ResourceWriter
+from .nats.jsapi import JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
 from .reconcile.conditions import conditions_for
 from .reconcile.ownership import Owner
@@ -23,9 +29,12 @@ HANDLER_RECONCILE = "reconcile"
 HANDLER_FINALIZE = "finalize"
 
 
+PAUSE_ANNOTATION = f"{GROUP}/paused"
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """All framework tuning in one place, and the shared NATS connections."""
+    """All framework tuning in one place, the shared NATS connections, and drift repair."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
@@ -41,17 +50,30 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     operator_settings = OperatorSettings()
     memo.settings = operator_settings
     memo.pool = ConnectionPool(request_timeout=operator_settings.nats_request_timeout)
+    memo.registry = StreamRegistry()
+    watcher = DriftWatcher(
+        memo.registry,
+        memo.pool,
+        _default_target(operator_settings),
+        ResourceWriter(api_client()),
+        resync_interval=operator_settings.resync_interval,
+        use_advisories=operator_settings.advisories,
+        read_only=operator_settings.read_only,
+        pause_annotation=PAUSE_ANNOTATION,
+    )
+    memo.drift_task = asyncio.create_task(watcher.run(), name="drift-watcher")
 
 
 @kopf.on.cleanup()
-async def close_connections(memo: kopf.Memo, **_: Any) -> None:
+async def shut_down(memo: kopf.Memo, **_: Any) -> None:
+    memo.drift_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await memo.drift_task
     await memo.pool.close()
 
 
-async def _default_jetstream(memo: kopf.Memo) -> JetStreamApi:
-    settings: OperatorSettings = memo.settings
-    pool: ConnectionPool = memo.pool
-    return await pool.jetstream(ConnectionTarget(tuple(settings.nats_servers())))
+def _default_target(settings: OperatorSettings) -> ConnectionTarget:
+    return ConnectionTarget(tuple(settings.nats_servers()))
 
 
 def _owner(meta: kopf.Meta, namespace: str | None, name: str | None) -> Owner:
@@ -81,9 +103,15 @@ def _report(
         raise kopf.TemporaryError(result.outcome.message, delay=settings.retry_delay(retry))
 
 
+@kopf.on.event(GROUP, VERSION, STREAM.plural)
+def remember_stream(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """Keep the registry current, so drift repair finds resources without API requests."""
+    memo.registry.observe(event.get("type"), event.get("object") or {})
+
+
 @kopf.on.resume(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
 @kopf.on.create(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
-@kopf.on.update(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE, field="spec")
+@kopf.on.update(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
 async def reconcile_stream(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -96,11 +124,25 @@ async def reconcile_stream(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    try:
-        jetstream = await _default_jetstream(memo)
-        result = await stream_handlers.reconcile(spec, _owner(meta, namespace, name), jetstream)
-    except JetStreamUnavailable as error:
-        result = stream_handlers.unavailable(error)
+    settings: OperatorSettings = memo.settings
+    owner = _owner(meta, namespace, name)
+    if meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
+        result = stream_handlers.paused(PAUSE_ANNOTATION)
+    else:
+        async with memo.registry.lock(owner.uid):
+            try:
+                jetstream = await memo.pool.jetstream(_default_target(settings))
+                result = await stream_handlers.reconcile(
+                    spec, owner, jetstream, read_only=settings.read_only
+                )
+                if result.outcome.ready and not settings.read_only:
+                    result = result.then(
+                        await stream_handlers.purge_if_asked(
+                            spec, meta.annotations, status, jetstream
+                        )
+                    )
+            except JetStreamUnavailable as error:
+                result = stream_handlers.unavailable(error)
     _report(
         result,
         body=body,
@@ -108,7 +150,7 @@ async def reconcile_stream(
         status=status,
         generation=meta.get("generation"),
         retry=retry,
-        settings=memo.settings,
+        settings=settings,
     )
 
 
@@ -125,12 +167,17 @@ async def finalize_stream(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    try:
-        jetstream = await _default_jetstream(memo)
-        result = await stream_handlers.finalize(spec, _owner(meta, namespace, name), jetstream)
-    except JetStreamUnavailable as error:
-        result = stream_handlers.unavailable(error)
-        result.outcome = stream_handlers.deletion_blocked(spec, error)
+    settings: OperatorSettings = memo.settings
+    owner = _owner(meta, namespace, name)
+    async with memo.registry.lock(owner.uid):
+        try:
+            jetstream = await memo.pool.jetstream(_default_target(settings))
+            result = await stream_handlers.finalize(
+                spec, owner, jetstream, read_only=settings.read_only
+            )
+        except JetStreamUnavailable as error:
+            result = stream_handlers.unavailable(error)
+            result.outcome = stream_handlers.deletion_blocked(spec, error)
     _report(
         result,
         body=body,
@@ -138,5 +185,5 @@ async def finalize_stream(
         status=status,
         generation=meta.get("generation"),
         retry=retry,
-        settings=memo.settings,
+        settings=settings,
     )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class OperatorSettings(BaseSettings):
@@ -21,8 +23,21 @@ class OperatorSettings(BaseSettings):
     """First retry delay after a failure; doubled each time up to retry_max_delay."""
     retry_max_delay: float = Field(default=300.0, gt=0)
     """Longest wait between retries of a failing resource."""
-    namespaces: list[str] = Field(default_factory=list)
-    """Namespaces to watch; empty for the whole cluster."""
+    namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Namespaces to watch (comma-separated, globs and !negations allowed); empty for all."""
+    resync_interval: float = Field(default=30.0, gt=0)
+    """Seconds between full checks of every stream against its resource (one paged listing)."""
+    advisories: bool = True
+    """Repair out-of-band changes as soon as the server announces them."""
+    read_only: bool = False
+    """Observe and report only: never create, update or delete anything in NATS."""
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     def nats_servers(self) -> list[str]:
         return [server.strip() for server in self.nats_url.split(",") if server.strip()]

@@ -269,6 +269,23 @@ class ReplicaState(ResourceModel):
     """Operations the replica is behind."""
 
 
+class LastPurge(ResourceModel):
+    """The last purge requested with the jetstream-operator.io/purge annotation."""
+
+    token: str
+    """The annotation's value; a purge with this token is never repeated."""
+    purged: int | None = None
+    """Messages removed."""
+    subject: str | None = None
+    """Subject the purge was limited to."""
+    keep: int | None = None
+    """Messages kept at the end of the stream (or subject)."""
+    time: str | None = None
+    """When the purge ran (RFC 3339)."""
+    error: str | None = None
+    """Why NATS refused the purge, if it did."""
+
+
 class StreamStatus(ResourceModel):
     """Observed state of the stream, written only by the operator."""
 
@@ -296,3 +313,5 @@ class StreamStatus(ResourceModel):
     """Server currently leading the stream."""
     replica_states: list[ReplicaState] = Field(default_factory=list)
     """Each follower replica: current or lagging."""
+    last_purge: LastPurge | None = None
+    """The last purge handled."""

@@ -10,8 +10,9 @@ from pydantic import ValidationError
 
 from ..api.stream import StreamSpec
 from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
-from ..reconcile.conditions import Outcome
+from ..reconcile.conditions import Outcome, now_rfc3339
 from ..reconcile.ownership import Owner, recorded_owner
+from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.stream_plan import (
     CreateStream,
     InSync,
@@ -42,6 +43,20 @@ class Result:
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     retry: bool = False
+
+    def then(self, later: Result | None) -> Result:
+        """This pass followed by another step: the later outcome wins if it failed."""
+        if later is None:
+            return self
+        outcome = (
+            later.outcome if not later.outcome.ready or not self.outcome.ready else self.outcome
+        )
+        return Result(
+            outcome,
+            status={**self.status, **later.status},
+            events=[*self.events, *later.events],
+            retry=self.retry or later.retry,
+        )
 
 
 def _validation_message(error: ValidationError) -> str:
@@ -74,12 +89,19 @@ _MAX_STEPS = 3  # a create or update, plus a placement change the server wants o
 
 
 async def reconcile(
-    spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi, *, drift: bool = False
+    spec: Mapping[str, Any],
+    owner: Owner,
+    jetstream: JetStreamApi,
+    *,
+    drift: bool = False,
+    known_info: Mapping[str, Any] | None = None,
+    read_only: bool = False,
 ) -> Result:
     """Bring the stream on the server in line with the spec, and say how it went.
 
     `drift` marks a pass started by a change on the server rather than in the spec, so the
-    event says what happened.
+    event says what happened. `known_info` is the stream's info from a listing, which saves a
+    request when the stream turns out to be in sync.
     """
     try:
         stream_spec = StreamSpec.model_validate(dict(spec))
@@ -89,9 +111,11 @@ async def reconcile(
     events: list[Event] = []
     outcome = Outcome(True, "Synced", f"stream {name} matches the spec")
     try:
-        info = await jetstream.stream_info(name)
+        info = dict(known_info) if known_info is not None else await jetstream.stream_info(name)
         for _ in range(_MAX_STEPS):
             action = plan_stream(stream_spec, owner, info)
+            if read_only and isinstance(action, CreateStream | UpdateStream):
+                return _read_only_result(name, action, info)
             match action:
                 case CreateStream(config=config):
                     info = await jetstream.create_stream(config)
@@ -135,11 +159,84 @@ async def reconcile(
     return Result(outcome, status=live_state(info), events=events)
 
 
-async def finalize(spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi) -> Result:
+def _read_only_result(
+    name: str, action: CreateStream | UpdateStream, info: dict[str, Any] | None
+) -> Result:
+    if isinstance(action, CreateStream):
+        message = f"stream {name} does not exist; not created because the operator is read-only"
+    else:
+        message = f"stream {name} differs ({action.summary()}); not updated: read-only operator"
+    return Result(
+        Outcome(False, "ReadOnly", message, stalled=True),
+        status=live_state(info) if info else {},
+    )
+
+
+async def purge_if_asked(
+    spec: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    jetstream: JetStreamApi,
+) -> Result | None:
+    """Carry out a purge requested by annotation, once per token; None when none is pending."""
+    try:
+        request = pending_purge(annotations, status)
+    except InvalidPurge as error:
+        return Result(
+            Outcome(False, "InvalidPurge", str(error), stalled=True),
+            events=[Event("Warning", "InvalidPurge", str(error))],
+        )
+    if request is None:
+        return None
+    name = str(spec.get("name"))
+    try:
+        purged = await jetstream.purge_stream(name, request.body())
+    except JetStreamUnavailable as error:
+        return unavailable(error)
+    except JetStreamError as error:
+        message = f"NATS refused to {request.describe()}: {error.description}"
+        return Result(
+            Outcome(False, "PurgeFailed", message, stalled=True),
+            events=[Event("Warning", "PurgeFailed", message)],
+            status={"lastPurge": {"token": request.token, "error": error.description}},
+        )
+    message = f"{request.describe()} removed {purged} messages from stream {name}"
+    return Result(
+        Outcome(True, "Synced", message),
+        status={
+            "lastPurge": {
+                "token": request.token,
+                "purged": purged,
+                "subject": request.subject,
+                "keep": request.keep,
+                "time": now_rfc3339(),
+            }
+        },
+        events=[Event("Normal", "Purged", message)],
+    )
+
+
+def paused(annotation: str) -> Result:
+    """A resource a person has paused: nothing is done until the annotation goes."""
+    return Result(
+        Outcome(
+            False,
+            "Paused",
+            f"reconciliation paused by the {annotation} annotation; remove it to resume",
+            stalled=True,
+        )
+    )
+
+
+async def finalize(
+    spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi, *, read_only: bool = False
+) -> Result:
     """Delete the stream if this resource owns it and may delete it; leave anything else."""
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         return Result(Outcome(True, "Deleted", "no stream name; nothing to delete"))
+    if read_only:
+        return Result(Outcome(True, "ReadOnly", f"stream {name} left in NATS: read-only operator"))
     try:
         retain = StreamSpec.model_validate(dict(spec)).retains_data()
     except ValidationError:

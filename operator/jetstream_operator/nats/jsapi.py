@@ -86,6 +86,11 @@ class JetStreamApi:
             raise
         return True
 
+    async def purge_stream(self, name: str, body: dict[str, Any]) -> int:
+        """Purge messages (all, one subject, or all but the last N); returns how many went."""
+        answer = await self.request(f"STREAM.PURGE.{name}", body)
+        return int(answer.get("purged", 0))
+
     async def list_streams(self) -> list[dict[str, Any]]:
         """Every stream's info, a page of up to 256 per request."""
         infos: list[dict[str, Any]] = []

@@ -32,10 +32,11 @@ class ConnectionPool:
         self._connect_timeout = connect_timeout
 
     async def jetstream(self, target: ConnectionTarget) -> JetStreamApi:
-        connection = await self._connection(target)
+        connection = await self.connection(target)
         return JetStreamApi(connection, target.api_prefix, self._request_timeout)
 
-    async def _connection(self, target: ConnectionTarget) -> Client:
+    async def connection(self, target: ConnectionTarget) -> Client:
+        """The shared connection itself, for subscriptions."""
         async with self._lock:
             existing = self._connections.get(target)
             if existing is not None and not existing.is_closed:
