@@ -23,7 +23,9 @@ from .reconcile.conditions import conditions_for
 from .reconcile.ownership import Owner
 from .settings import OperatorSettings
 
-ANNOTATION_PREFIX = GROUP
+# kopf's own bookkeeping annotations. kopf ignores changes under its storage prefix, so it must
+# differ from the prefix of the annotations people set (pause, purge) to keep those visible.
+KOPF_ANNOTATION_PREFIX = f"kopf.{GROUP}"
 FINALIZER = f"{GROUP}/finalizer"
 HANDLER_RECONCILE = "reconcile"
 HANDLER_FINALIZE = "finalize"
@@ -37,10 +39,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     """All framework tuning in one place, the shared NATS connections, and drift repair."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATION_PREFIX
+        prefix=KOPF_ANNOTATION_PREFIX
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     # Only our own events reach Kubernetes; kopf's routine log lines stay in the log.
     settings.posting.level = logging.WARNING

@@ -16,7 +16,7 @@ from .kinds import ALL_KINDS, ResourceKind
 
 JsonSchema = dict[str, Any]
 
-_DROPPED_KEYS = {"title", "$defs", "discriminator"}
+_DROPPED_KEYS = {"title", "$defs", "discriminator", "propertyNames"}
 
 
 def structural_schema(model_schema: JsonSchema) -> JsonSchema:

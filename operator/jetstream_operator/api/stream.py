@@ -182,7 +182,7 @@ class StreamSpec(ResourceModel):
     """How many messages the stream keeps; -1 for no limit."""
     max_bytes: Limit = -1
     """How many bytes the stream keeps; -1 for no limit."""
-    max_age: Duration = 0
+    max_age: Duration | None = None
     """Oldest message kept, as a duration such as "24h"; "0" or unset for no limit."""
     max_msg_size: Annotated[int, Field(ge=-1, le=2**31 - 1)] = -1
     """Largest message accepted, in bytes; -1 for the server's limit."""

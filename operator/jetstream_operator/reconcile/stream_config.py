@@ -84,7 +84,7 @@ def desired_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
         "max_consumers": _limit(spec.max_consumers),
         "max_msgs": _limit(spec.max_msgs),
         "max_bytes": _limit(spec.max_bytes),
-        "max_age": spec.max_age,
+        "max_age": spec.max_age or 0,
         "max_msg_size": _limit(spec.max_msg_size),
         "max_msgs_per_subject": _limit(spec.max_msgs_per_subject),
         "discard": spec.discard,
@@ -92,7 +92,7 @@ def desired_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
         "duplicate_window": (
             spec.duplicate_window
             if spec.duplicate_window is not None
-            else default_duplicate_window(spec.max_age)
+            else default_duplicate_window(spec.max_age or 0)
         ),
         "no_ack": spec.no_ack,
         "placement": (

@@ -1,0 +1,4 @@
+"""A real local environment (etcd, kube-apiserver, nats-server) for tests, benchmarks and `dev up`.
+
+Everything runs the real binaries on loopback, so what passes here is what a cluster would do.
+"""

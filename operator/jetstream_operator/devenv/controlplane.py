@@ -1,0 +1,265 @@
+"""A real Kubernetes control plane without nodes: etcd plus kube-apiserver on loopback.
+
+The operator only talks to the API server, so this is all it needs to run for real: RBAC,
+admission, CRD validation, watches and resourceVersion conflicts all behave as in a cluster.
+Controllers (namespace finalization, garbage collection) do not run; tests must not rely on them.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+from pathlib import Path
+
+import yaml
+
+from .gobuild import ensure_tools
+from .paths import LOOPBACK, free_port
+from .pki import ControlPlanePki, control_plane_pki
+from .processes import ManagedProcess, ProcessDied, ProcessRecord, http_get, http_request
+
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+CONTEXT_NAME = "jetstream-operator-dev"
+_PORT_RETRIES = 3
+
+
+def _port_race(fixed_ports: bool, attempt: int, process: ManagedProcess) -> bool:
+    """Whether a failed start lost a port race and is worth retrying on fresh ports."""
+    return not fixed_ports and attempt < _PORT_RETRIES - 1 and process.log_says_address_in_use()
+
+
+class ControlPlane:
+    """etcd + kube-apiserver in `workdir`; ports are chosen once and kept across restarts."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir.resolve()
+        self.etcd_client_port = 0
+        self.etcd_peer_port = 0
+        self.apiserver_port = 0
+        self._pki: ControlPlanePki | None = None
+        self._etcd: ManagedProcess | None = None
+        self._apiserver: ManagedProcess | None = None
+
+    # -- where things are -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"https://{LOOPBACK}:{self.apiserver_port}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.etcd_client_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def pki(self) -> ControlPlanePki:
+        if self._pki is None:
+            self._pki = control_plane_pki(self.workdir / "pki")
+        return self._pki
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki.ca_cert
+
+    def logs(self) -> dict[str, Path]:
+        return {
+            "etcd": self.workdir / "etcd.log",
+            "kube-apiserver": self.workdir / "kube-apiserver.log",
+        }
+
+    def records(self) -> list[ProcessRecord]:
+        """Running processes, for stopping them from another Python process (`dev down`)."""
+        return [p.record() for p in (self._etcd, self._apiserver) if p is not None and p.running]
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Trusts our CA and presents the admin (system:masters) client certificate."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start etcd, then kube-apiserver; return once `/readyz` passes and `default` exists."""
+        tools = ensure_tools(["etcd", "kube-apiserver"])
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        _ = self.pki
+        try:
+            self._start_etcd(tools["etcd"], timeout)
+            self._start_apiserver(tools["kube-apiserver"], timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop kube-apiserver first so it never sees etcd vanish; safe to call repeatedly."""
+        self.stop_apiserver()
+        if self._etcd is not None:
+            self._etcd.stop()
+
+    def stop_apiserver(self) -> None:
+        """Take the API down (etcd and data stay) to simulate an API outage."""
+        if self._apiserver is not None:
+            self._apiserver.stop()
+
+    def start_apiserver(self, timeout: float = 120.0) -> None:
+        """Bring the API back on the same port with the same data."""
+        self._start_apiserver(ensure_tools(["kube-apiserver"])["kube-apiserver"], timeout)
+
+    def restart_apiserver(self, timeout: float = 120.0) -> None:
+        self.stop_apiserver()
+        self.start_apiserver(timeout)
+
+    def healthy(self) -> bool:
+        status, _ = http_get(f"{self.url}/readyz", self.ssl_context())
+        return status == 200
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _start_etcd(self, binary: Path, timeout: float) -> None:
+        if self._etcd is not None and self._etcd.running:
+            return
+        fixed = self.etcd_client_port != 0
+        for attempt in range(_PORT_RETRIES):
+            if not fixed:
+                self.etcd_client_port, self.etcd_peer_port = free_port(), free_port()
+            peer = f"http://{LOOPBACK}:{self.etcd_peer_port}"
+            self._etcd = ManagedProcess(
+                "etcd",
+                [
+                    str(binary),
+                    "--name=jetstream-operator-dev",
+                    f"--data-dir={self.workdir / 'etcd-data'}",
+                    f"--listen-client-urls={self.etcd_url}",
+                    f"--advertise-client-urls={self.etcd_url}",
+                    f"--listen-peer-urls={peer}",
+                    f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=jetstream-operator-dev={peer}",
+                    "--initial-cluster-token=jetstream-operator-dev",
+                    "--log-level=warn",
+                    # Throwaway data: skipping fsync keeps slow CI disks from stalling writes.
+                    "--unsafe-no-fsync",
+                ],
+                self.logs()["etcd"],
+            )
+            self._etcd.start()
+            try:
+                self._etcd.wait_until(self._etcd_healthy, timeout, "healthy /health")
+                return
+            except ProcessDied:
+                if not _port_race(fixed, attempt, self._etcd):
+                    raise
+
+    def _etcd_healthy(self) -> bool:
+        status, body = http_get(f"{self.etcd_url}/health")
+        return status == 200 and b'"true"' in body
+
+    def _apiserver_argv(self, binary: Path) -> list[str]:
+        pki = self.pki
+        return [
+            str(binary),
+            f"--etcd-servers={self.etcd_url}",
+            f"--secure-port={self.apiserver_port}",
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={LOOPBACK}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--service-account-key-file={pki.service_account_pub}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            # The `kubernetes` Service cannot point at loopback; skip its endpoints, not needed.
+            "--endpoint-reconciler-type=none",
+            # Needs the token controller of kube-controller-manager, which does not run here.
+            "--disable-admission-plugins=ServiceAccount",
+            # Fewer moving parts and a faster start; flow control is not under test.
+            "--enable-priority-and-fairness=false",
+            "--profiling=false",
+        ]
+
+    def _start_apiserver(self, binary: Path, timeout: float) -> None:
+        if self._apiserver is not None and self._apiserver.running:
+            return
+        fixed = self.apiserver_port != 0
+        for attempt in range(_PORT_RETRIES):
+            if not fixed:
+                self.apiserver_port = free_port()
+            apiserver = self._apiserver = ManagedProcess(
+                "kube-apiserver", self._apiserver_argv(binary), self.logs()["kube-apiserver"]
+            )
+            apiserver.start()
+            try:
+                apiserver.wait_until(self.healthy, timeout, "passing /readyz")
+            except ProcessDied:
+                if not _port_race(fixed, attempt, apiserver):
+                    raise
+                continue
+            self._write_kubeconfig()
+            apiserver.wait_until(self._ensure_default_namespace, 30.0, "default namespace")
+            return
+
+    def _ensure_default_namespace(self) -> bool:
+        """The apiserver creates `default` itself shortly after start; create it if it lags."""
+        status, _ = http_get(f"{self.url}/api/v1/namespaces/default", self.ssl_context())
+        if status == 404:
+            # A 409 means it appeared meanwhile; the next poll sees it.
+            http_request(
+                f"{self.url}/api/v1/namespaces",
+                self.ssl_context(),
+                method="POST",
+                json_body={"kind": "Namespace", "metadata": {"name": "default"}},
+            )
+        return status == 200
+
+    def _write_kubeconfig(self) -> None:
+        """A self-contained kubeconfig (embedded PEM data) for the admin user."""
+        pki = self.pki
+
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": CONTEXT_NAME,
+                    "cluster": {"server": self.url, "certificate-authority-data": b64(pki.ca_cert)},
+                }
+            ],
+            "users": [
+                {
+                    "name": CONTEXT_NAME,
+                    "user": {
+                        "client-certificate-data": b64(pki.admin_cert),
+                        "client-key-data": b64(pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [
+                {
+                    "name": CONTEXT_NAME,
+                    "context": {
+                        "cluster": CONTEXT_NAME,
+                        "user": CONTEXT_NAME,
+                        "namespace": "default",
+                    },
+                }
+            ],
+            "current-context": CONTEXT_NAME,
+        }
+        partial = self.kubeconfig.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(config, handle, sort_keys=False)
+        os.replace(partial, self.kubeconfig)

@@ -1,0 +1,267 @@
+"""`dev up | status | down`: a control plane and NATS that outlive the command that started them.
+
+The servers run detached (own session, output to log files); `state.json` records each pid
+with its executable and start time, so `down` from any later process stops exactly those
+processes and never a stranger that reused a pid. Printing is left to the CLI.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import ssl
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .controlplane import ControlPlane
+from .natsserver import NatsCluster, NatsServer
+from .processes import ProcessRecord, http_get, terminate
+
+STATE_FILE = "state.json"
+LOCK_FILE = ".lock"
+
+
+@dataclass(frozen=True)
+class DevState:
+    """Everything a person (or `down`) needs to use and later stop the environment."""
+
+    state_dir: Path
+    kubeconfig: Path
+    api_url: str
+    ca_file: Path
+    client_cert: Path
+    client_key: Path
+    etcd_url: str
+    nats_url: str
+    nats_urls: list[str]
+    cluster: bool
+    processes: list[ProcessRecord]
+    health_urls: dict[str, str] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "state_dir": str(self.state_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "api_url": self.api_url,
+            "ca_file": str(self.ca_file),
+            "client_cert": str(self.client_cert),
+            "client_key": str(self.client_key),
+            "etcd_url": self.etcd_url,
+            "nats_url": self.nats_url,
+            "nats_urls": self.nats_urls,
+            "cluster": self.cluster,
+            "processes": [record.to_dict() for record in self.processes],
+            "health_urls": self.health_urls,
+            "started_at": self.started_at,
+        }
+        return json.dumps(data, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> DevState:
+        data = json.loads(text)
+        return cls(
+            state_dir=Path(data["state_dir"]),
+            kubeconfig=Path(data["kubeconfig"]),
+            api_url=str(data["api_url"]),
+            ca_file=Path(data["ca_file"]),
+            client_cert=Path(data["client_cert"]),
+            client_key=Path(data["client_key"]),
+            etcd_url=str(data["etcd_url"]),
+            nats_url=str(data["nats_url"]),
+            nats_urls=[str(url) for url in data["nats_urls"]],
+            cluster=bool(data["cluster"]),
+            processes=[ProcessRecord.from_dict(item) for item in data["processes"]],
+            health_urls={str(k): str(v) for k, v in data.get("health_urls", {}).items()},
+            started_at=float(data.get("started_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    name: str
+    pid: int
+    alive: bool
+    healthy: bool
+    log_file: str
+
+
+@dataclass(frozen=True)
+class DevStatus:
+    """Liveness and health of each recorded process; `state` is None when nothing is up."""
+
+    state: DevState | None
+    processes: list[ProcessStatus]
+
+    @property
+    def healthy(self) -> bool:
+        return (
+            self.state is not None
+            and bool(self.processes)
+            and all(p.alive and p.healthy for p in self.processes)
+        )
+
+    def describe(self) -> str:
+        if self.state is None:
+            return "dev environment: not running"
+        overall = "healthy" if self.healthy else "DEGRADED (run `dev down`, then `dev up`)"
+        lines = [
+            f"dev environment: {overall}",
+            f"  kubeconfig: {self.state.kubeconfig}",
+            f"  api server: {self.state.api_url}",
+            f"  nats:       {self.state.nats_url}",
+        ]
+        for process in self.processes:
+            state = "healthy" if process.healthy else ("unhealthy" if process.alive else "dead")
+            lines.append(
+                f"  {process.name:<24} pid {process.pid:<8} {state:<9} log {process.log_file}"
+            )
+        return "\n".join(lines)
+
+
+def load_state(state_dir: Path) -> DevState | None:
+    try:
+        return DevState.from_json((state_dir / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def up(state_dir: Path, *, with_cluster: bool = False, timeout: float = 180.0) -> DevState:
+    """Start (or find already running) a control plane and NATS, detached from this process."""
+    state_dir = state_dir.resolve()
+    with _locked(state_dir):
+        existing = load_state(state_dir)
+        if existing is not None:
+            if existing.cluster == with_cluster and _status(existing).healthy:
+                return existing
+            _stop_recorded(existing)  # half dead or another shape: start over cleanly
+        _clear(state_dir)
+        control_plane = ControlPlane(state_dir / "controlplane")
+        nats: NatsServer | NatsCluster = (
+            NatsCluster(state_dir / "nats") if with_cluster else NatsServer(state_dir / "nats")
+        )
+        try:
+            control_plane.start(timeout)
+            nats.start(timeout)
+            state = _state_of(state_dir, control_plane, nats)
+            _write_atomically(state_dir / STATE_FILE, state.to_json())
+        except BaseException:
+            nats.stop()
+            control_plane.stop()
+            raise
+        return state
+
+
+def status(state_dir: Path) -> DevStatus:
+    state = load_state(state_dir.resolve())
+    return DevStatus(None, []) if state is None else _status(state)
+
+
+def down(state_dir: Path) -> list[str]:
+    """Stop every recorded process, wait for each to exit, remove the state dir's runtime data.
+
+    Returns the names of the processes that were still running and got stopped.
+    """
+    state_dir = state_dir.resolve()
+    if not state_dir.exists():
+        return []
+    with _locked(state_dir):
+        state = load_state(state_dir)
+        stopped = [] if state is None else _stop_recorded(state)
+        _clear(state_dir)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return stopped
+
+
+def _state_of(
+    state_dir: Path, control_plane: ControlPlane, nats: NatsServer | NatsCluster
+) -> DevState:
+    nodes = nats.nodes if isinstance(nats, NatsCluster) else [nats]
+    health_urls = {
+        "etcd": f"{control_plane.etcd_url}/health",
+        "kube-apiserver": f"{control_plane.url}/readyz",
+    }
+    health_urls.update({node.name: f"{node.monitor_url}/healthz" for node in nodes})
+    return DevState(
+        state_dir=state_dir,
+        kubeconfig=control_plane.kubeconfig,
+        api_url=control_plane.url,
+        ca_file=control_plane.ca_file,
+        client_cert=control_plane.pki.admin_cert,
+        client_key=control_plane.pki.admin_key,
+        etcd_url=control_plane.etcd_url,
+        nats_url=nats.url,
+        nats_urls=[node.url for node in nodes],
+        cluster=isinstance(nats, NatsCluster),
+        processes=control_plane.records() + [node.record() for node in nodes],
+        health_urls=health_urls,
+        started_at=time.time(),
+    )
+
+
+def _status(state: DevState) -> DevStatus:
+    processes = []
+    for record in state.processes:
+        alive = record.is_running()
+        healthy = False
+        url = state.health_urls.get(record.name)
+        if alive and url:
+            healthy = (
+                http_get(url, _tls_context(state) if url.startswith("https:") else None)[0] == 200
+            )
+        processes.append(ProcessStatus(record.name, record.pid, alive, healthy, record.log_file))
+    return DevStatus(state, processes)
+
+
+def _tls_context(state: DevState) -> ssl.SSLContext | None:
+    try:
+        context = ssl.create_default_context(cafile=str(state.ca_file))
+        context.load_cert_chain(str(state.client_cert), str(state.client_key))
+    except OSError:
+        return None  # files gone: the probe then fails, reporting the apiserver unhealthy
+    return context
+
+
+def _stop_recorded(state: DevState) -> list[str]:
+    """Clients first (NATS, apiserver), etcd last, each verified before it is signalled."""
+    stopped = []
+    for record in reversed(state.processes):
+        if record.is_running():
+            terminate(record)
+            stopped.append(record.name)
+    return stopped
+
+
+def _clear(state_dir: Path) -> None:
+    """Remove runtime data (stores, logs, certs, state) but keep the lock file we hold."""
+    for entry in state_dir.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+@contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """Two `dev up` at once (e.g. `make run` twice) must not start two environments."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / LOCK_FILE).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)

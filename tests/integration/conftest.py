@@ -1,0 +1,111 @@
+"""The operator under test, running as a real process against the real control plane and NATS."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from kubernetes import client, config
+from nats.aio.client import Client
+
+from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_operator.k8s.crds import apply_crds
+
+from .helpers import Resources
+
+_namespaces = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: Path) -> client.ApiClient:
+    api = config.new_client_from_config(str(kubeconfig))
+    apply_crds(api, all_crds())
+    return api
+
+
+@pytest.fixture(scope="session")
+def operator_process(
+    api_client: client.ApiClient,
+    kubeconfig: Path,
+    nats_server: object,
+    tmp_path_factory: pytest.TempPathFactory,
+    process_logs: dict[str, Path],
+) -> Iterator[OperatorProcess]:
+    log_file = tmp_path_factory.mktemp("operator") / "operator.log"
+    process_logs["operator"] = log_file
+    process = OperatorProcess(kubeconfig, nats_server.url, log_file, extra_env=SESSION_OPERATOR_ENV)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+# Short resync and retry delays keep the tests quick; production defaults are slower.
+SESSION_OPERATOR_ENV = {
+    "JETSTREAM_OPERATOR_RESYNC_INTERVAL": "2",
+    "JETSTREAM_OPERATOR_RETRY_BASE_DELAY": "0.5",
+    "JETSTREAM_OPERATOR_RETRY_MAX_DELAY": "5",
+}
+
+
+@contextlib.contextmanager
+def operator_variant(
+    process: OperatorProcess, nats_url: str | None = None, **env: str
+) -> Iterator[OperatorProcess]:
+    """Run the session's operator with other settings for one test, then restore it."""
+    original_url, original_env = process.nats_url, dict(process.extra_env)
+    process.stop()
+    process.nats_url = nats_url or original_url
+    process.extra_env = {**original_env, **env}
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        process.nats_url, process.extra_env = original_url, original_env
+        process.start()
+
+
+@pytest.fixture
+def operator_without_advisories(operator_process: OperatorProcess) -> Iterator[OperatorProcess]:
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_ADVISORIES="false") as process:
+        yield process
+
+
+@pytest.fixture
+def operator_on_cluster(
+    operator_process: OperatorProcess, nats_cluster: object
+) -> Iterator[OperatorProcess]:
+    urls = ",".join(nats_cluster.urls)  # type: ignore[attr-defined]
+    with operator_variant(operator_process, nats_url=urls) as process:
+        yield process
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace per test, so tests never see each other's resources."""
+    readable = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().replace("_", "-"))
+    name = f"t{next(_namespaces)}-{readable}"[:60].rstrip("-")
+    client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name}})
+    return name
+
+
+@pytest.fixture
+def resources(api_client: client.ApiClient, namespace: str) -> Resources:
+    return Resources(api_client, namespace)
+
+
+@pytest.fixture
+async def nc(nats_server: object) -> AsyncIterator[Client]:
+    connection = await nats.connect(nats_server.url)  # type: ignore[attr-defined]
+    try:
+        yield connection
+    finally:
+        await connection.close()

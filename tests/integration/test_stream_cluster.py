@@ -1,0 +1,62 @@
+"""Replicas change live on a real 3-node JetStream cluster, and status shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nats
+import pytest
+
+from jetstream_operator.nats.jsapi import JetStreamApi
+
+from .helpers import Resources, eventually, is_ready
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_on_cluster")]
+
+
+async def test_replicas_go_from_one_to_three_and_back(
+    resources: Resources, nats_cluster: Any, namespace: str
+) -> None:
+    stream = namespace.replace("-", "_").upper()
+    connection = await nats.connect(servers=list(nats_cluster.urls))
+    try:
+        jetstream = JetStreamApi(connection)
+        resources.create(
+            "streams",
+            {"kind": "Stream", "metadata": {"name": "scaled"}, "spec": {"name": stream}},
+        )
+
+        async def replicas_in_status(count: int) -> dict[str, Any] | None:
+            resource = resources.get("streams", "scaled")
+            status = (resource or {}).get("status") or {}
+            followers = status.get("replicaStates") or []
+            if (
+                is_ready(resource)
+                and status.get("replicas") == count
+                and (len(followers) == count - 1 and status.get("leader"))
+            ):
+                return status
+            return None
+
+        async def server_replicas(count: int) -> bool:
+            info = await jetstream.stream_info(stream)
+            return (
+                info is not None
+                and info["config"]["num_replicas"] == count
+                and (len((info.get("cluster") or {}).get("replicas") or []) == count - 1)
+            )
+
+        await eventually(lambda: server_replicas(1))
+        await eventually(lambda: replicas_in_status(1))
+
+        resources.patch_spec("streams", "scaled", {"replicas": 3})
+        await eventually(lambda: server_replicas(3), timeout=30)
+        status = await eventually(lambda: replicas_in_status(3), timeout=30)
+        servers = {replica["name"] for replica in status["replicaStates"]} | {status["leader"]}
+        assert len(servers) == 3, status
+
+        resources.patch_spec("streams", "scaled", {"replicas": 1})
+        await eventually(lambda: server_replicas(1), timeout=30)
+        await eventually(lambda: replicas_in_status(1), timeout=30)
+    finally:
+        await connection.close()

@@ -1,0 +1,87 @@
+"""Deletion: Retain keeps the data, Delete removes it, and NATS being down keeps the finalizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from jetstream_operator.nats.jsapi import JetStreamApi
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
+
+from .helpers import Resources, condition, eventually, is_ready
+
+
+def manifest(name: str, stream: str, **spec: Any) -> dict[str, Any]:
+    return {"kind": "Stream", "metadata": {"name": name}, "spec": {"name": stream, **spec}}
+
+
+async def _publish(nc: Client, subject: str, count: int) -> None:
+    js = nc.jetstream()
+    for index in range(count):
+        await js.publish(subject, f"message {index}".encode())
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("operator_process")
+@pytest.mark.parametrize("policy", [{"deletionPolicy": "Retain"}, {"preventDelete": True}])
+async def test_retain_leaves_the_stream_and_its_messages(
+    resources: Resources, nc: Client, namespace: str, policy: dict[str, Any]
+) -> None:
+    stream = namespace.replace("-", "_").upper()
+    resources.create("streams", manifest("keep", stream, subjects=[f"{stream}.in"], **policy))
+    await eventually(lambda: _ready(resources, "keep"))
+    await _publish(nc, f"{stream}.in", 3)
+    resources.delete("streams", "keep")
+    await eventually(lambda: _absent(resources, "keep"))
+    info = await JetStreamApi(nc).stream_info(stream)
+    assert info is not None, "Retain must keep the stream"
+    assert info["state"]["messages"] == 3
+    assert OWNER_METADATA_KEY not in (info["config"].get("metadata") or {})
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("operator_process")
+async def test_delete_policy_removes_the_data(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream = namespace.replace("-", "_").upper()
+    resources.create("streams", manifest("drop", stream, deletionPolicy="Delete"))
+    await eventually(lambda: _ready(resources, "drop"))
+    resources.delete("streams", "drop")
+    await eventually(lambda: _absent(resources, "drop"))
+    assert await JetStreamApi(nc).stream_info(stream) is None
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("operator_process")
+async def test_nats_down_during_deletion_keeps_the_finalizer_and_says_why(
+    resources: Resources, nats_server: Any, namespace: str
+) -> None:
+    stream = namespace.replace("-", "_").upper()
+    resources.create("streams", manifest("stuck", stream))
+    await eventually(lambda: _ready(resources, "stuck"))
+    nats_server.stop()
+    try:
+        resources.delete("streams", "stuck")
+
+        async def blocked() -> dict[str, Any] | None:
+            ready = condition(resources.get("streams", "stuck"))
+            return ready if ready.get("reason") == "DeletionBlocked" else None
+
+        ready = await eventually(blocked, timeout=30)
+        assert "finalizer stays" in ready["message"]
+        resource = resources.get("streams", "stuck")
+        assert resource is not None and resource["metadata"]["finalizers"]
+    finally:
+        nats_server.start()
+    await eventually(lambda: _absent(resources, "stuck"), timeout=60)
+
+
+async def _ready(resources: Resources, name: str) -> bool:
+    return is_ready(resources.get("streams", name))
+
+
+async def _absent(resources: Resources, name: str) -> bool:
+    return resources.get("streams", name) is None
