@@ -80,6 +80,12 @@ def operator_without_advisories(operator_process: OperatorProcess) -> Iterator[O
 
 
 @pytest.fixture
+def operator_read_only(operator_process: OperatorProcess) -> Iterator[OperatorProcess]:
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_READ_ONLY="true") as process:
+        yield process
+
+
+@pytest.fixture
 def operator_on_cluster(
     operator_process: OperatorProcess, nats_cluster: object
 ) -> Iterator[OperatorProcess]:

@@ -1,0 +1,55 @@
+"""`jetstream-operator dev up|status|down`, run the way a person runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from jetstream_operator.devenv.processes import ProcessRecord
+
+pytestmark = [pytest.mark.integration]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jetstream_operator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_dev_up_installs_crds_prints_exports_and_down_leaves_nothing(tmp_path: Path) -> None:
+    state_dir = tmp_path / "dev"
+    up = cli("dev", "up", "--state-dir", str(state_dir))
+    assert up.returncode == 0, up.stderr
+    try:
+        exports = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in up.stdout.splitlines()
+            if line.startswith("export ")
+        )
+        assert exports["NATS_URL"].startswith("nats://127.0.0.1:")
+        api = config.new_client_from_config(exports["KUBECONFIG"])
+        names = {
+            crd.metadata.name
+            for crd in client.ApiextensionsV1Api(api).list_custom_resource_definition().items
+        }
+        assert "streams.jetstream-operator.io" in names
+        assert cli("dev", "status", "--state-dir", str(state_dir)).returncode == 0
+        records = [
+            ProcessRecord.from_dict(item)
+            for item in json.loads((state_dir / "state.json").read_text())["processes"]
+        ]
+        assert records and all(record.is_running() for record in records)
+    finally:
+        down = cli("dev", "down", "--state-dir", str(state_dir))
+    assert down.returncode == 0, down.stderr
+    assert not any(record.is_running() for record in records)
+    assert cli("dev", "status", "--state-dir", str(state_dir)).returncode == 1
