@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from .. import GROUP, VERSION
+from .consumer import ConsumerSpec, ConsumerStatus
 from .stream import StreamSpec, StreamStatus
 
 
@@ -76,4 +77,22 @@ STREAM = ResourceKind(
     ),
 )
 
-ALL_KINDS: tuple[ResourceKind, ...] = (STREAM,)
+CONSUMER = ResourceKind(
+    kind="Consumer",
+    plural="consumers",
+    spec_model=ConsumerSpec,
+    status_model=ConsumerStatus,
+    description="A durable NATS JetStream consumer managed by jetstream-operator.",
+    short_names=("jsc",),
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Stream", ".status.streamName"),
+        PrinterColumn("Consumer", ".spec.durableName"),
+        PrinterColumn("Pending", ".status.numPending", type="integer"),
+        PrinterColumn("AckPending", ".status.numAckPending", type="integer"),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
+ALL_KINDS: tuple[ResourceKind, ...] = (STREAM, CONSUMER)
