@@ -10,11 +10,12 @@ from typing import Any
 import kopf
 
 from . import GROUP, VERSION
-from .api.kinds import STREAM
+from .api.kinds import CONSUMER, STREAM
+from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
-from .handlers.drift import DriftWatcher
-from .handlers.registry import StreamRegistry
-from .handlers.stream import Result
+from .handlers.drift import DriftWatcher, WatchSettings
+from .handlers.registry import ResourceRegistry, consumer_stream
+from .handlers.results import Result, deletion_blocked, paused, unavailable
 from .k8s.client import api_client
 from .k8s.status import ResourceWriter
 from .nats.jsapi import JetStreamUnavailable
@@ -52,16 +53,20 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     operator_settings = OperatorSettings()
     memo.settings = operator_settings
     memo.pool = ConnectionPool(request_timeout=operator_settings.nats_request_timeout)
-    memo.registry = StreamRegistry()
+    memo.streams = ResourceRegistry()
+    memo.consumers = ResourceRegistry()
     watcher = DriftWatcher(
-        memo.registry,
+        memo.streams,
+        memo.consumers,
         memo.pool,
         _default_target(operator_settings),
         ResourceWriter(api_client()),
-        resync_interval=operator_settings.resync_interval,
-        use_advisories=operator_settings.advisories,
-        read_only=operator_settings.read_only,
-        pause_annotation=PAUSE_ANNOTATION,
+        WatchSettings(
+            resync_interval=operator_settings.resync_interval,
+            use_advisories=operator_settings.advisories,
+            read_only=operator_settings.read_only,
+            pause_annotation=PAUSE_ANNOTATION,
+        ),
     )
     memo.drift_task = asyncio.create_task(watcher.run(), name="drift-watcher")
 
@@ -108,7 +113,7 @@ def _report(
 @kopf.on.event(GROUP, VERSION, STREAM.plural)
 def remember_stream(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """Keep the registry current, so drift repair finds resources without API requests."""
-    memo.registry.observe(event.get("type"), event.get("object") or {})
+    memo.streams.observe(event.get("type"), event.get("object") or {})
 
 
 @kopf.on.resume(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
@@ -129,9 +134,9 @@ async def reconcile_stream(
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
     if meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
-        result = stream_handlers.paused(PAUSE_ANNOTATION)
+        result = paused(PAUSE_ANNOTATION)
     else:
-        async with memo.registry.lock(owner.uid):
+        async with memo.streams.lock(owner.uid):
             try:
                 jetstream = await memo.pool.jetstream(_default_target(settings))
                 result = await stream_handlers.reconcile(
@@ -144,7 +149,7 @@ async def reconcile_stream(
                         )
                     )
             except JetStreamUnavailable as error:
-                result = stream_handlers.unavailable(error)
+                result = unavailable(error)
     _report(
         result,
         body=body,
@@ -171,15 +176,108 @@ async def finalize_stream(
 ) -> None:
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
-    async with memo.registry.lock(owner.uid):
+    async with memo.streams.lock(owner.uid):
         try:
             jetstream = await memo.pool.jetstream(_default_target(settings))
             result = await stream_handlers.finalize(
                 spec, owner, jetstream, read_only=settings.read_only
             )
         except JetStreamUnavailable as error:
-            result = stream_handlers.unavailable(error)
-            result.outcome = stream_handlers.deletion_blocked(spec, error)
+            result = deletion_blocked(f"stream {spec.get('name')}", error)
+    _report(
+        result,
+        body=body,
+        patch=patch,
+        status=status,
+        generation=meta.get("generation"),
+        retry=retry,
+        settings=settings,
+    )
+
+
+@kopf.on.event(GROUP, VERSION, CONSUMER.plural)
+def remember_consumer(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.consumers.observe(event.get("type"), event.get("object") or {})
+
+
+def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | None:
+    tracked = memo.consumers.named(owner.namespace, owner.name)
+    if tracked is None:
+        direct = spec.get("streamName")
+        return direct if isinstance(direct, str) else None
+    return consumer_stream(tracked, memo.streams)
+
+
+@kopf.on.resume(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
+@kopf.on.create(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
+@kopf.on.update(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
+async def reconcile_consumer(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    namespace: str | None,
+    name: str | None,
+    retry: int,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    settings: OperatorSettings = memo.settings
+    owner = _owner(meta, namespace, name)
+    if meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
+        result = paused(PAUSE_ANNOTATION)
+    else:
+        async with memo.consumers.lock(owner.uid):
+            try:
+                jetstream = await memo.pool.jetstream(_default_target(settings))
+                result = await consumer_handlers.reconcile(
+                    spec,
+                    owner,
+                    jetstream,
+                    stream_name=_resolved_stream(memo, owner, spec),
+                    read_only=settings.read_only,
+                )
+            except JetStreamUnavailable as error:
+                result = unavailable(error)
+    _report(
+        result,
+        body=body,
+        patch=patch,
+        status=status,
+        generation=meta.get("generation"),
+        retry=retry,
+        settings=settings,
+    )
+
+
+@kopf.on.delete(GROUP, VERSION, CONSUMER.plural, id=HANDLER_FINALIZE)
+async def finalize_consumer(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    namespace: str | None,
+    name: str | None,
+    retry: int,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    settings: OperatorSettings = memo.settings
+    owner = _owner(meta, namespace, name)
+    async with memo.consumers.lock(owner.uid):
+        try:
+            jetstream = await memo.pool.jetstream(_default_target(settings))
+            result = await consumer_handlers.finalize(
+                spec,
+                owner,
+                jetstream,
+                stream_name=_resolved_stream(memo, owner, spec),
+                read_only=settings.read_only,
+            )
+        except JetStreamUnavailable as error:
+            result = deletion_blocked(f"consumer {spec.get('durableName')}", error)
     _report(
         result,
         body=body,

@@ -1,7 +1,8 @@
 """Drift repair: advisories for changes within a second, a paged resync for anything missed.
 
-One STREAM.LIST pass (N/256 requests) checks every stream, instead of a timer and an INFO request
-per resource; status is written only when something a person would see has changed.
+One STREAM.LIST pass (N/256 requests), plus one CONSUMER.LIST pass per stream that has Consumer
+resources, checks everything, instead of a timer and an INFO request per resource. Status is
+written only when something a person would see has changed.
 """
 
 from __future__ import annotations
@@ -10,23 +11,25 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .. import API_VERSION
-from ..api.kinds import STREAM
+from ..api.kinds import CONSUMER, STREAM, ResourceKind
 from ..k8s.status import ResourceWriter
-from ..nats.advisories import subscribe_stream_changes
+from ..nats.advisories import subscribe_changes
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
 from ..reconcile.conditions import conditions_for, same_conditions
+from . import consumer as consumer_handlers
 from . import stream as stream_handlers
-from .registry import StreamRegistry, StreamResource
-from .stream import Result
+from .registry import ResourceRegistry, TrackedResource, consumer_stream
+from .results import Result, paused
 
 logger = logging.getLogger(__name__)
 
 
-def status_patch(resource: StreamResource, result: Result) -> dict[str, Any] | None:
+def status_patch(resource: TrackedResource, result: Result) -> dict[str, Any] | None:
     """The status to write after a pass, or None when nothing visible changed."""
     previous = resource.status
     conditions = conditions_for(
@@ -40,34 +43,40 @@ def status_patch(resource: StreamResource, result: Result) -> dict[str, Any] | N
     return {"observedGeneration": resource.generation, "conditions": conditions, **result.status}
 
 
-def needs_care(resource: StreamResource) -> bool:
+def needs_care(resource: TrackedResource) -> bool:
     """Resources kopf is still creating or deleting are left to kopf."""
     return resource.first_handled and not resource.deleting
 
 
+@dataclass(frozen=True)
+class WatchSettings:
+    resync_interval: float
+    use_advisories: bool = True
+    read_only: bool = False
+    pause_annotation: str = ""
+
+
 class DriftWatcher:
-    """Keeps every Stream's server state and live status current, on one NATS connection."""
+    """Keeps every Stream's and Consumer's server state and live status current, on one NATS
+    connection."""
 
     def __init__(
         self,
-        registry: StreamRegistry,
+        streams: ResourceRegistry,
+        consumers: ResourceRegistry,
         pool: ConnectionPool,
         target: ConnectionTarget,
         writer: ResourceWriter,
-        resync_interval: float,
-        use_advisories: bool = True,
-        read_only: bool = False,
-        pause_annotation: str = "",
+        settings: WatchSettings,
     ) -> None:
-        self._registry = registry
+        self._streams = streams
+        self._consumers = consumers
         self._pool = pool
         self._target = target
         self._writer = writer
-        self._interval = resync_interval
-        self._use_advisories = use_advisories
-        self._read_only = read_only
-        self._pause_annotation = pause_annotation
-        self._pending: set[str] = set()
+        self._settings = settings
+        self._pending_streams: set[str] = set()
+        self._pending_consumers: set[tuple[str, str]] = set()
         self._wakeup = asyncio.Event()
 
     async def run(self) -> None:
@@ -76,82 +85,138 @@ class DriftWatcher:
         reconnects = -1
         next_resync = 0.0
         loop = asyncio.get_running_loop()
+        interval = self._settings.resync_interval
         while True:
             try:
                 jetstream = await self._pool.jetstream(self._target)
                 connection = await self._pool.connection(self._target)
-                if self._use_advisories and not subscribed:
-                    await subscribe_stream_changes(connection, self.notify)
+                if self._settings.use_advisories and not subscribed:
+                    await subscribe_changes(connection, self.notify_stream, self.notify_consumer)
                     subscribed = True
                 if connection.stats["reconnects"] != reconnects:
                     # Advisories sent while we were away are lost: look at everything.
                     reconnects = connection.stats["reconnects"]
                     next_resync = 0.0
-                if self._pending:
-                    names, self._pending = self._pending, set()
-                    await self._repair_named(jetstream, names)
+                await self._repair_pending(jetstream)
                 if loop.time() >= next_resync:
                     await self.resync(jetstream)
-                    next_resync = loop.time() + self._interval
+                    next_resync = loop.time() + interval
             except JetStreamUnavailable as error:
                 logger.warning("drift check postponed: %s", error)
-                next_resync = loop.time() + min(self._interval, 5.0)
+                next_resync = loop.time() + min(interval, 5.0)
             except Exception:  # the watcher must outlive any single failure
                 logger.exception("drift check failed; retrying")
-                next_resync = loop.time() + min(self._interval, 5.0)
+                next_resync = loop.time() + min(interval, 5.0)
             self._wakeup.clear()
-            timeout = max(0.05, next_resync - loop.time())
+            if self._pending_streams or self._pending_consumers:
+                continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                await asyncio.wait_for(self._wakeup.wait(), max(0.05, next_resync - loop.time()))
 
-    async def notify(self, stream: str) -> None:
-        self._pending.add(stream)
+    async def notify_stream(self, stream: str) -> None:
+        self._pending_streams.add(stream)
         self._wakeup.set()
 
-    async def _repair_named(self, jetstream: JetStreamApi, names: set[str]) -> None:
-        for name in names:
-            for resource in self._registry.by_stream_name(name):
-                if needs_care(resource):
-                    await self.repair(resource, jetstream)
+    async def notify_consumer(self, stream: str, consumer: str) -> None:
+        self._pending_consumers.add((stream, consumer))
+        self._wakeup.set()
+
+    async def _repair_pending(self, jetstream: JetStreamApi) -> None:
+        streams, self._pending_streams = self._pending_streams, set()
+        consumers, self._pending_consumers = self._pending_consumers, set()
+        for name in streams:
+            for resource in self._streams.with_spec("name", name):
+                await self._repair(STREAM, resource, jetstream, None)
+            # A stream that came back (or went) takes its consumers with it.
+            consumers |= {(name, durable) for durable in self._durables_on(name)}
+        for stream, durable in consumers:
+            for resource in self._consumers.with_spec("durableName", durable):
+                if consumer_stream(resource, self._streams) == stream:
+                    await self._repair(CONSUMER, resource, jetstream, None)
+
+    def _durables_on(self, stream: str) -> set[str]:
+        return {
+            str(resource.spec_text("durableName"))
+            for resource in self._consumers
+            if consumer_stream(resource, self._streams) == stream
+        }
 
     async def resync(self, jetstream: JetStreamApi) -> None:
-        """One paged listing of all streams, compared with every resource."""
+        """One paged listing of all streams, and of the consumers of streams we manage."""
         infos = {
             str(info.get("config", {}).get("name")): info for info in await jetstream.list_streams()
         }
-        for resource in self._registry:
-            name = resource.stream_name
-            if name is not None and needs_care(resource):
-                await self.repair(resource, jetstream, known=infos.get(name))
-
-    async def repair(
-        self,
-        resource: StreamResource,
-        jetstream: JetStreamApi,
-        known: Mapping[str, Any] | None = None,
-    ) -> None:
-        async with resource.lock:
-            if resource.annotation(self._pause_annotation).lower() == "true":
-                result = stream_handlers.paused(self._pause_annotation)
+        for resource in self._streams:
+            name = resource.spec_text("name")
+            if name is not None:
+                await self._repair(STREAM, resource, jetstream, infos.get(name))
+        by_stream: dict[str, list[TrackedResource]] = {}
+        for resource in self._consumers:
+            stream = consumer_stream(resource, self._streams)
+            if stream is None or stream not in infos:
+                await self._repair(CONSUMER, resource, jetstream, None)
             else:
-                result = await stream_handlers.reconcile(
-                    resource.spec,
-                    resource.owner,
-                    jetstream,
-                    drift=True,
-                    known_info=known,
-                    read_only=self._read_only,
-                )
+                by_stream.setdefault(stream, []).append(resource)
+        for stream, resources in by_stream.items():
+            consumers = {
+                str(info.get("name")): info for info in await jetstream.list_consumers(stream)
+            }
+            for resource in resources:
+                known = consumers.get(str(resource.spec_text("durableName")))
+                await self._repair(CONSUMER, resource, jetstream, known)
+
+    async def _reconcile(
+        self,
+        kind: ResourceKind,
+        resource: TrackedResource,
+        jetstream: JetStreamApi,
+        known: Mapping[str, Any] | None,
+    ) -> Result:
+        read_only = self._settings.read_only
+        if kind is STREAM:
+            return await stream_handlers.reconcile(
+                resource.spec,
+                resource.owner,
+                jetstream,
+                drift=True,
+                known_info=known,
+                read_only=read_only,
+            )
+        return await consumer_handlers.reconcile(
+            resource.spec,
+            resource.owner,
+            jetstream,
+            stream_name=consumer_stream(resource, self._streams),
+            drift=True,
+            known_info=known,
+            read_only=read_only,
+        )
+
+    async def _repair(
+        self,
+        kind: ResourceKind,
+        resource: TrackedResource,
+        jetstream: JetStreamApi,
+        known: Mapping[str, Any] | None,
+    ) -> None:
+        if not needs_care(resource):
+            return
+        async with resource.lock:
+            annotation = self._settings.pause_annotation
+            if annotation and resource.annotation(annotation).lower() == "true":
+                result = paused(annotation)
+            else:
+                result = await self._reconcile(kind, resource, jetstream, known)
             patch = status_patch(resource, result)
             if patch is not None:
                 written = await self._writer.patch_status(
-                    STREAM.plural, resource.owner.namespace, resource.owner.name, patch
+                    kind.plural, resource.owner.namespace, resource.owner.name, patch
                 )
                 if written:
                     resource.body = {**resource.body, "status": {**resource.status, **patch}}
             reference = {
                 "apiVersion": API_VERSION,
-                "kind": STREAM.kind,
+                "kind": kind.kind,
                 "metadata": {
                     "namespace": resource.owner.namespace,
                     "name": resource.owner.name,

@@ -1,7 +1,7 @@
-"""What the operator knows of its Stream resources, kept current by the watch stream.
+"""What the operator knows of its resources, kept current by the watch stream.
 
-Drift repair starts from a NATS stream name (an advisory, a STREAM.LIST page) and needs the
-resource that declares it, without an API request per lookup.
+Drift repair starts from a NATS name (an advisory, a listing page) and needs the resource that
+declares it, without an API request per lookup.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from ..reconcile.ownership import Owner
 
 
 @dataclass
-class StreamResource:
-    """The latest seen state of one Stream resource."""
+class TrackedResource:
+    """The latest seen state of one custom resource."""
 
     owner: Owner
     body: dict[str, Any]
@@ -37,10 +37,9 @@ class StreamResource:
         generation: int | None = self.body.get("metadata", {}).get("generation")
         return generation
 
-    @property
-    def stream_name(self) -> str | None:
-        name = self.spec.get("name")
-        return name if isinstance(name, str) else None
+    def spec_text(self, key: str) -> str | None:
+        value = self.spec.get(key)
+        return value if isinstance(value, str) and value else None
 
     def annotation(self, key: str) -> str:
         value = (self.body.get("metadata", {}).get("annotations") or {}).get(key, "")
@@ -56,15 +55,15 @@ class StreamResource:
         return bool(self.status.get("conditions"))
 
 
-class StreamRegistry:
-    """Stream resources by uid, and by the NATS stream name they declare."""
+class ResourceRegistry:
+    """Resources of one kind by uid, shared by kopf's handlers and drift repair."""
 
     def __init__(self) -> None:
-        self._by_uid: dict[str, StreamResource] = {}
+        self._by_uid: dict[str, TrackedResource] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     def lock(self, uid: str) -> asyncio.Lock:
-        """One lock per resource, shared by kopf's handlers and drift repair."""
+        """One lock per resource, so a handler and drift repair never act at the same time."""
         return self._locks.setdefault(uid, asyncio.Lock())
 
     def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -79,15 +78,33 @@ class StreamRegistry:
         owner = Owner(str(metadata.get("namespace", "")), str(metadata.get("name", "")), uid)
         existing = self._by_uid.get(uid)
         if existing is None:
-            self._by_uid[uid] = StreamResource(owner, dict(body), self.lock(uid))
+            self._by_uid[uid] = TrackedResource(owner, dict(body), self.lock(uid))
         else:
             existing.body = dict(body)
 
-    def by_stream_name(self, stream: str) -> list[StreamResource]:
-        return [item for item in self._by_uid.values() if item.stream_name == stream]
+    def named(self, namespace: str, name: str) -> TrackedResource | None:
+        for item in self._by_uid.values():
+            if item.owner.namespace == namespace and item.owner.name == name:
+                return item
+        return None
 
-    def __iter__(self) -> Iterator[StreamResource]:
+    def with_spec(self, key: str, value: str) -> list[TrackedResource]:
+        return [item for item in self._by_uid.values() if item.spec_text(key) == value]
+
+    def __iter__(self) -> Iterator[TrackedResource]:
         return iter(list(self._by_uid.values()))
 
     def __len__(self) -> int:
         return len(self._by_uid)
+
+
+def consumer_stream(consumer: TrackedResource, streams: ResourceRegistry) -> str | None:
+    """The NATS stream a Consumer resource names, directly or through its streamRef."""
+    direct = consumer.spec_text("streamName")
+    if direct:
+        return direct
+    reference = consumer.spec_text("streamRef")
+    if reference is None:
+        return None
+    target = streams.named(consumer.owner.namespace, reference)
+    return target.spec_text("name") if target is not None else None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,66 +23,7 @@ from ..reconcile.stream_plan import (
     plan_stream,
     release_request,
 )
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to post on the resource."""
-
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass
-class Result:
-    """What a pass concluded: conditions to write, live state, events, and whether to retry."""
-
-    outcome: Outcome
-    status: dict[str, Any] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-    retry: bool = False
-
-    def then(self, later: Result | None) -> Result:
-        """This pass followed by another step: the later outcome wins if it failed."""
-        if later is None:
-            return self
-        outcome = (
-            later.outcome if not later.outcome.ready or not self.outcome.ready else self.outcome
-        )
-        return Result(
-            outcome,
-            status={**self.status, **later.status},
-            events=[*self.events, *later.events],
-            retry=self.retry or later.retry,
-        )
-
-
-def _validation_message(error: ValidationError) -> str:
-    problems = [
-        f"{'.'.join(str(part) for part in issue['loc']) or 'spec'}: {issue['msg']}"
-        for issue in error.errors()
-    ]
-    return "invalid spec: " + "; ".join(problems)
-
-
-def unavailable(error: JetStreamUnavailable) -> Result:
-    """NATS could not be reached: not the spec's fault, so keep retrying."""
-    return Result(
-        Outcome(False, "NatsUnavailable", f"{error}; retrying with backoff"),
-        retry=True,
-    )
-
-
-def deletion_blocked(spec: Mapping[str, Any], error: JetStreamUnavailable) -> Outcome:
-    """Why the finalizer stays: deleting needs NATS to answer first."""
-    return Outcome(
-        False,
-        "DeletionBlocked",
-        f"cannot delete stream {spec.get('name')}: {error}. "
-        "The finalizer stays until NATS answers; nothing was deleted.",
-    )
-
+from .results import Event, Result, deletion_blocked, unavailable, validation_message
 
 _MAX_STEPS = 3  # a create or update, plus a placement change the server wants on its own
 
@@ -106,7 +46,7 @@ async def reconcile(
     try:
         stream_spec = StreamSpec.model_validate(dict(spec))
     except ValidationError as error:
-        return Result(Outcome(False, "InvalidSpec", _validation_message(error), stalled=True))
+        return Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
     name = stream_spec.name
     events: list[Event] = []
     outcome = Outcome(True, "Synced", f"stream {name} matches the spec")
@@ -216,18 +156,6 @@ async def purge_if_asked(
     )
 
 
-def paused(annotation: str) -> Result:
-    """A resource a person has paused: nothing is done until the annotation goes."""
-    return Result(
-        Outcome(
-            False,
-            "Paused",
-            f"reconciliation paused by the {annotation} annotation; remove it to resume",
-            stalled=True,
-        )
-    )
-
-
 async def finalize(
     spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi, *, read_only: bool = False
 ) -> Result:
@@ -257,9 +185,7 @@ async def finalize(
             )
         await jetstream.delete_stream(name)
     except JetStreamUnavailable as error:
-        result = unavailable(error)
-        result.outcome = deletion_blocked(spec, error)
-        return result
+        return deletion_blocked(f"stream {name}", error)
     except JetStreamError as error:
         return Result(
             Outcome(False, "DeletionFailed", f"NATS refused to delete stream {name}: {error}"),

@@ -16,6 +16,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 ServerConfig = dict[str, Any]
 
 STREAM_NOT_FOUND = 10059
+CONSUMER_NOT_FOUND = 10014
 STREAM_LIST_PAGE = 256
 
 
@@ -101,4 +102,43 @@ class JetStreamApi:
             infos.extend(streams)
             offset += len(streams)
             if not streams or offset >= int(page.get("total", 0)):
+                return infos
+
+    async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any] | None:
+        """The consumer's info, or None when it (or its stream) does not exist."""
+        try:
+            return await self.request(f"CONSUMER.INFO.{stream}.{consumer}")
+        except JetStreamError as error:
+            if error.err_code in (CONSUMER_NOT_FOUND, STREAM_NOT_FOUND):
+                return None
+            raise
+
+    async def create_consumer(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create or update (by the body's `action`) a named consumer."""
+        name = body["config"]["name"]
+        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", body)
+
+    async def pause_consumer(self, stream: str, consumer: str, body: dict[str, Any]) -> None:
+        await self.request(f"CONSUMER.PAUSE.{stream}.{consumer}", body)
+
+    async def delete_consumer(self, stream: str, consumer: str) -> bool:
+        """Delete a consumer; False when it (or its stream) was already gone."""
+        try:
+            await self.request(f"CONSUMER.DELETE.{stream}.{consumer}")
+        except JetStreamError as error:
+            if error.err_code in (CONSUMER_NOT_FOUND, STREAM_NOT_FOUND):
+                return False
+            raise
+        return True
+
+    async def list_consumers(self, stream: str) -> list[dict[str, Any]]:
+        """Every consumer's info of one stream, a page at a time."""
+        infos: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            page = await self.request(f"CONSUMER.LIST.{stream}", {"offset": offset})
+            consumers = page.get("consumers") or []
+            infos.extend(consumers)
+            offset += len(consumers)
+            if not consumers or offset >= int(page.get("total", 0)):
                 return infos

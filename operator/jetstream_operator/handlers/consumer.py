@@ -1,0 +1,180 @@
+"""Reconcile and finalize one Consumer resource."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..api.consumer import ConsumerSpec
+from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
+from ..reconcile.conditions import Outcome
+from ..reconcile.consumer_config import consumer_request
+from ..reconcile.consumer_plan import (
+    CreateConsumer,
+    ImmutableChangeRefused,
+    InSync,
+    OwnedElsewhere,
+    PauseConsumer,
+    RecreateConsumer,
+    StreamMissing,
+    UpdateConsumer,
+    UpdatesPrevented,
+    consumer_live_state,
+    may_delete,
+    plan_consumer,
+    release_request,
+)
+from ..reconcile.ownership import Owner
+from .results import Event, Result, deletion_blocked, unavailable, validation_message
+
+_MAX_STEPS = 4  # an update, a pause change, and a recreate's delete + create
+
+
+async def reconcile(
+    spec: Mapping[str, Any],
+    owner: Owner,
+    jetstream: JetStreamApi,
+    *,
+    stream_name: str | None,
+    drift: bool = False,
+    known_info: Mapping[str, Any] | None = None,
+    read_only: bool = False,
+) -> Result:
+    """Bring the consumer in line with the spec. `stream_name` is the resolved stream (None
+    while a streamRef points at no Stream resource yet)."""
+    try:
+        consumer_spec = ConsumerSpec.model_validate(dict(spec))
+    except ValidationError as error:
+        return Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
+    name = consumer_spec.durable_name
+    events: list[Event] = []
+    outcome = Outcome(True, "Synced", f"consumer {name} matches the spec")
+    try:
+        stream = stream_name or consumer_spec.stream_name
+        stream_info = await jetstream.stream_info(stream) if stream else None
+        limits = ((stream_info or {}).get("config") or {}).get("consumer_limits")
+        info: dict[str, Any] | None = None
+        if stream and stream_info is not None:
+            info = (
+                dict(known_info)
+                if known_info is not None
+                else await jetstream.consumer_info(stream, name)
+            )
+        for _ in range(_MAX_STEPS):
+            action = plan_consumer(
+                consumer_spec,
+                owner,
+                stream_info is not None,
+                info,
+                stream_name=stream,
+                stream_limits=limits,
+            )
+            if read_only and not isinstance(action, InSync | UpdatesPrevented | StreamMissing):
+                message = f"consumer {name} needs changes; not made: the operator is read-only"
+                return Result(Outcome(False, "ReadOnly", message, stalled=True))
+            match action:
+                case StreamMissing():
+                    return Result(Outcome(False, action.reason, action.message()), retry=True)
+                case CreateConsumer(stream=target, config=config):
+                    info = await jetstream.create_consumer(
+                        target, consumer_request(target, config, "create")
+                    )
+                    reason = "Recreated" if drift else "Created"
+                    events.append(Event("Normal", reason, f"created consumer {name} on {target}"))
+                    continue
+                case UpdateConsumer(stream=target, config=config):
+                    info = await jetstream.create_consumer(
+                        target, consumer_request(target, config, "update")
+                    )
+                    reason = "DriftRepaired" if drift else "Updated"
+                    events.append(Event("Normal", reason, f"{name}: {action.summary()}"))
+                    continue
+                case PauseConsumer(stream=target):
+                    await jetstream.pause_consumer(target, name, action.request())
+                    info = await jetstream.consumer_info(target, name)
+                    state = "paused" if action.pause_until else "resumed"
+                    events.append(Event("Normal", "Paused", f"consumer {name} {state}"))
+                    continue
+                case RecreateConsumer(stream=target, config=config):
+                    events.append(Event("Warning", action.reason, action.message()))
+                    await jetstream.delete_consumer(target, name)
+                    info = None
+                    continue
+                case ImmutableChangeRefused():
+                    message = action.message()
+                    return Result(
+                        Outcome(False, action.reason, message, stalled=True),
+                        events=[Event("Warning", action.reason, message)],
+                    )
+                case OwnedElsewhere():
+                    message = action.message()
+                    return Result(
+                        Outcome(False, action.reason, message, stalled=True),
+                        events=[Event("Warning", action.reason, message)],
+                    )
+                case UpdatesPrevented(differences=differences):
+                    fields = ", ".join(d.field for d in differences)
+                    outcome = Outcome(
+                        True,
+                        "UpdatesPrevented",
+                        f"consumer {name} differs from the spec ({fields}) but "
+                        "spec.preventUpdate is set; remove it to apply the spec",
+                    )
+                case InSync():
+                    pass
+            break
+    except JetStreamUnavailable as error:
+        return unavailable(error)
+    except JetStreamError as error:
+        message = f"NATS refused the consumer config: {error.description} (error {error.err_code})"
+        return Result(
+            Outcome(False, "ServerRejected", message, stalled=True),
+            events=[*events, Event("Warning", "ServerRejected", message)],
+            retry=True,
+        )
+    return Result(outcome, status=consumer_live_state(info or {}), events=events)
+
+
+async def finalize(
+    spec: Mapping[str, Any],
+    owner: Owner,
+    jetstream: JetStreamApi,
+    *,
+    stream_name: str | None,
+    read_only: bool = False,
+) -> Result:
+    """Delete the consumer if this resource owns it and may delete it; leave anything else."""
+    name = spec.get("durableName")
+    stream = stream_name or spec.get("streamName")
+    if not isinstance(name, str) or not isinstance(stream, str) or read_only:
+        return Result(Outcome(True, "NotDeleted", "no consumer to delete"))
+    try:
+        retain = ConsumerSpec.model_validate(dict(spec)).retains_consumer()
+    except ValidationError:
+        retain = True  # when in doubt, keep the consumer and its position
+    try:
+        info = await jetstream.consumer_info(stream, name)
+        if not may_delete(owner, info):
+            reason = "AlreadyGone" if info is None else "NotOwned"
+            return Result(Outcome(True, reason, f"consumer {name} not deleted: {reason}"))
+        assert info is not None
+        if retain:
+            release = release_request(owner, info)
+            if release is not None:
+                await jetstream.create_consumer(stream, consumer_request(stream, release, "update"))
+            message = f"consumer {name} retained in NATS (deletionPolicy: Retain)"
+            return Result(Outcome(True, "Retained", message))
+        await jetstream.delete_consumer(stream, name)
+    except JetStreamUnavailable as error:
+        return deletion_blocked(f"consumer {name}", error)
+    except JetStreamError as error:
+        return Result(
+            Outcome(False, "DeletionFailed", f"NATS refused to delete consumer {name}: {error}"),
+            retry=True,
+        )
+    return Result(
+        Outcome(True, "Deleted", f"deleted consumer {name}"),
+        events=[Event("Normal", "Deleted", f"deleted consumer {name} of stream {stream}")],
+    )

@@ -1,0 +1,84 @@
+"""What a handler pass concludes, shared by every kind: outcome, status, events, retry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..nats.jsapi import JetStreamUnavailable
+from ..reconcile.conditions import Outcome
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the resource."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Result:
+    """What a pass concluded: conditions to write, live state, events, and whether to retry."""
+
+    outcome: Outcome
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    retry: bool = False
+
+    def then(self, later: Result | None) -> Result:
+        """This pass followed by another step: the later outcome wins if it failed."""
+        if later is None:
+            return self
+        outcome = (
+            later.outcome if not later.outcome.ready or not self.outcome.ready else self.outcome
+        )
+        return Result(
+            outcome,
+            status={**self.status, **later.status},
+            events=[*self.events, *later.events],
+            retry=self.retry or later.retry,
+        )
+
+
+def validation_message(error: ValidationError) -> str:
+    problems = [
+        f"{'.'.join(str(part) for part in issue['loc']) or 'spec'}: {issue['msg']}"
+        for issue in error.errors()
+    ]
+    return "invalid spec: " + "; ".join(problems)
+
+
+def unavailable(error: JetStreamUnavailable) -> Result:
+    """NATS could not be reached: not the spec's fault, so keep retrying."""
+    return Result(
+        Outcome(False, "NatsUnavailable", f"{error}; retrying with backoff"),
+        retry=True,
+    )
+
+
+def deletion_blocked(what: str, error: JetStreamUnavailable) -> Result:
+    """Why the finalizer stays: deleting needs NATS to answer first."""
+    result = unavailable(error)
+    result.outcome = Outcome(
+        False,
+        "DeletionBlocked",
+        f"cannot delete {what}: {error}. "
+        "The finalizer stays until NATS answers; nothing was deleted.",
+    )
+    return result
+
+
+def paused(annotation: str) -> Result:
+    """A resource a person has paused: nothing is done until the annotation goes."""
+    return Result(
+        Outcome(
+            False,
+            "Paused",
+            f"reconciliation paused by the {annotation} annotation; remove it to resume",
+            stalled=True,
+        )
+    )

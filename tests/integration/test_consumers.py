@@ -1,0 +1,358 @@
+"""Consumers end to end: every field on the server, real clients consuming through them, the
+order of creation, immutable and mutable changes, and out-of-band deletion."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from jetstream_operator.nats.jsapi import JetStreamApi
+
+from .helpers import Resources, condition, eventually, is_ready
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
+
+
+def base_name(namespace: str) -> str:
+    return namespace.replace("-", "_").upper()
+
+
+def stream_manifest(name: str, stream: str, subjects: list[str]) -> dict[str, Any]:
+    return {
+        "kind": "Stream",
+        "metadata": {"name": name},
+        "spec": {"name": stream, "subjects": subjects},
+    }
+
+
+def consumer_manifest(name: str, **spec: Any) -> dict[str, Any]:
+    return {"kind": "Consumer", "metadata": {"name": name}, "spec": spec}
+
+
+async def ready(resources: Resources, plural: str, name: str) -> bool:
+    return is_ready(resources.get(plural, name))
+
+
+async def make_stream(resources: Resources, nc: Client, namespace: str) -> tuple[str, str]:
+    stream = base_name(namespace)
+    subject = stream.lower()
+    resources.create("streams", stream_manifest("source", stream, [f"{subject}.>"]))
+    await eventually(lambda: ready(resources, "streams", "source"))
+    return stream, subject
+
+
+CONSUMER_FIELDS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    (
+        "ackWait default is the server's 30s",
+        {},
+        {"ack_wait": 30_000_000_000, "ack_policy": "explicit"},
+    ),
+    ("description", {"description": "billing"}, {"description": "billing"}),
+    ("deliverPolicy new", {"deliverPolicy": "new"}, {"deliver_policy": "new"}),
+    (
+        "byStartSequence",
+        {"deliverPolicy": "byStartSequence", "optStartSeq": 3},
+        {"deliver_policy": "by_start_sequence", "opt_start_seq": 3},
+    ),
+    (
+        "byStartTime",
+        {"deliverPolicy": "byStartTime", "optStartTime": "2026-01-01T00:00:00Z"},
+        {"deliver_policy": "by_start_time", "opt_start_time": "2026-01-01T00:00:00Z"},
+    ),
+    ("ackPolicy all", {"ackPolicy": "all"}, {"ack_policy": "all"}),
+    ("ackWait", {"ackWait": "45s"}, {"ack_wait": 45_000_000_000}),
+    (
+        "maxDeliver and backoff",
+        {"maxDeliver": 5, "backoff": ["1s", "5s"]},
+        {"max_deliver": 5, "backoff": [1_000_000_000, 5_000_000_000]},
+    ),
+    ("filterSubject", {"filterSubject": "{s}.a"}, {"filter_subject": "{s}.a"}),
+    (
+        "filterSubjects",
+        {"filterSubjects": ["{s}.a", "{s}.b"]},
+        {"filter_subjects": ["{s}.a", "{s}.b"]},
+    ),
+    ("replayPolicy", {"replayPolicy": "original"}, {"replay_policy": "original"}),
+    ("sampleFreq", {"sampleFreq": "50%"}, {"sample_freq": "50%"}),
+    ("maxAckPending", {"maxAckPending": 20}, {"max_ack_pending": 20}),
+    ("maxWaiting", {"maxWaiting": 7}, {"max_waiting": 7}),
+    ("headersOnly", {"headersOnly": True}, {"headers_only": True}),
+    (
+        "pull request limits",
+        {"maxRequestBatch": 10, "maxRequestExpires": "30s", "maxRequestMaxBytes": 4096},
+        {"max_batch": 10, "max_expires": 30_000_000_000, "max_bytes": 4096},
+    ),
+    ("inactiveThreshold", {"inactiveThreshold": "1h"}, {"inactive_threshold": 3_600_000_000_000}),
+    ("memStorage", {"memStorage": True}, {"mem_storage": True}),
+    ("metadata", {"metadata": {"team": "billing"}}, {"metadata": {"team": "billing"}}),
+    (
+        "push with group and heartbeats",
+        {
+            "deliverSubject": "deliver.{s}",
+            "deliverGroup": "workers",
+            "heartbeatInterval": "5s",
+            "flowControl": True,
+            "rateLimitBps": 1000000,
+        },
+        {
+            "deliver_subject": "deliver.{s}",
+            "deliver_group": "workers",
+            "idle_heartbeat": 5_000_000_000,
+            "flow_control": True,
+            "rate_limit_bps": 1000000,
+        },
+    ),
+    ("pauseUntil", {"pauseUntil": "2099-01-01T00:00:00Z"}, {"pause_until": "2099-01-01T00:00:00Z"}),
+    (
+        "priority groups",
+        {"priorityPolicy": "pinned_client", "priorityGroups": ["jobs"], "pinnedTtl": "30s"},
+        {
+            "priority_policy": "pinned_client",
+            "priority_groups": ["jobs"],
+            "priority_timeout": 30_000_000_000,
+        },
+    ),
+]
+
+
+def _fill(value: Any, subject: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{s}", subject)
+    if isinstance(value, dict):
+        return {key: _fill(item, subject) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fill(item, subject) for item in value]
+    return value
+
+
+def _subset(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            _subset(value, actual.get(key)) for key, value in expected.items()
+        )
+    return bool(expected == actual)
+
+
+@pytest.mark.parametrize(
+    ("case", "fragment", "expected"), CONSUMER_FIELDS, ids=[c[0] for c in CONSUMER_FIELDS]
+)
+async def test_consumer_field_round_trips(
+    resources: Resources,
+    nc: Client,
+    namespace: str,
+    case: str,
+    fragment: dict[str, Any],
+    expected: dict[str, Any],
+) -> None:
+    stream, subject = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers",
+        consumer_manifest(
+            "reader", durableName="READER", streamName=stream, **_fill(fragment, subject)
+        ),
+    )
+    jetstream = JetStreamApi(nc)
+    want = _fill(expected, subject)
+
+    async def matches() -> bool:
+        info = await jetstream.consumer_info(stream, "READER")
+        return info is not None and _subset(want, info["config"])
+
+    await eventually(matches, timeout=20)
+    await eventually(lambda: ready(resources, "consumers", "reader"), timeout=20)
+
+
+async def test_pull_consumer_serves_a_client_and_status_follows(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, subject = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers", consumer_manifest("worker", durableName="WORKER", streamRef="source")
+    )
+    await eventually(lambda: ready(resources, "consumers", "worker"))
+    js = nc.jetstream()
+    for index in range(10):
+        await js.publish(f"{subject}.job", str(index).encode())
+
+    async def pending(count: int) -> bool:
+        status = (resources.get("consumers", "worker") or {}).get("status") or {}
+        return status.get("numPending") == count
+
+    await eventually(lambda: pending(10), timeout=20)
+    subscription = await js.pull_subscribe_bind("WORKER", stream=stream)
+    messages = await subscription.fetch(4, timeout=5)
+    assert [m.data for m in messages] == [b"0", b"1", b"2", b"3"]
+    for message in messages:
+        await message.ack_sync()
+    await eventually(lambda: pending(6), timeout=20)
+    status = (resources.get("consumers", "worker") or {})["status"]
+    assert status["ackFloorStreamSeq"] == 4
+    assert status["streamName"] == stream
+
+
+async def test_push_consumer_with_group_delivers_each_message_once(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, subject = await make_stream(resources, nc, namespace)
+    deliver = f"deliver.{subject}"
+    resources.create(
+        "consumers",
+        consumer_manifest(
+            "fanout",
+            durableName="FANOUT",
+            streamName=stream,
+            deliverSubject=deliver,
+            deliverGroup="workers",
+            filterSubject=f"{subject}.orders",
+        ),
+    )
+    await eventually(lambda: ready(resources, "consumers", "fanout"))
+    received: dict[str, list[bytes]] = {"a": [], "b": []}
+
+    def collector(who: str) -> Any:
+        async def on_message(message: Msg) -> None:
+            received[who].append(message.data)
+            await message.ack()
+
+        return on_message
+
+    await nc.subscribe(deliver, queue="workers", cb=collector("a"))
+    await nc.subscribe(deliver, queue="workers", cb=collector("b"))
+    js = nc.jetstream()
+    for index in range(40):
+        await js.publish(f"{subject}.orders", str(index).encode())
+
+    async def all_delivered() -> bool:
+        return len(received["a"]) + len(received["b"]) >= 40
+
+    await eventually(all_delivered, timeout=20)
+    await asyncio.sleep(0.5)
+    everything = received["a"] + received["b"]
+    assert sorted(everything) == sorted(str(i).encode() for i in range(40))
+    assert received["a"] and received["b"], "both members of the group get work"
+
+
+async def test_consumer_applied_before_its_stream_becomes_ready(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream = base_name(namespace)
+    resources.create("consumers", consumer_manifest("early", durableName="EARLY", streamRef="late"))
+
+    async def waiting() -> bool:
+        return condition(resources.get("consumers", "early")).get("reason") == "StreamNotFound"
+
+    await eventually(waiting)
+    resources.create("streams", stream_manifest("late", stream, [f"{stream.lower()}.>"]))
+    await eventually(lambda: ready(resources, "consumers", "early"), timeout=15)
+    assert await JetStreamApi(nc).consumer_info(stream, "EARLY") is not None
+
+
+async def test_immutable_change_is_refused_then_recreates_when_opted_in(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, subject = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers", consumer_manifest("fixed", durableName="FIXED", streamName=stream)
+    )
+    await eventually(lambda: ready(resources, "consumers", "fixed"))
+    with pytest.raises(ApiException) as refused:
+        resources.patch_spec("consumers", "fixed", {"deliverPolicy": "new"})
+    assert refused.value.status == 422
+    assert "recreateOnImmutableChange" in refused.value.body
+
+    jetstream = JetStreamApi(nc)
+    before = await jetstream.consumer_info(stream, "FIXED")
+    assert before is not None
+    resources.patch_spec(
+        "consumers", "fixed", {"deliverPolicy": "new", "recreateOnImmutableChange": True}
+    )
+
+    async def recreated() -> bool:
+        info = await jetstream.consumer_info(stream, "FIXED")
+        return (
+            info is not None
+            and info["config"]["deliver_policy"] == "new"
+            and (info["created"] != before["created"])
+        )
+
+    await eventually(recreated)
+    await eventually(lambda: ready(resources, "consumers", "fixed"))
+
+
+async def test_mutable_changes_keep_the_position(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, subject = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers", consumer_manifest("steady", durableName="STEADY", streamName=stream)
+    )
+    await eventually(lambda: ready(resources, "consumers", "steady"))
+    js = nc.jetstream()
+    for index in range(5):
+        await js.publish(f"{subject}.a", str(index).encode())
+    subscription = await js.pull_subscribe_bind("STEADY", stream=stream)
+    for message in await subscription.fetch(3, timeout=5):
+        await message.ack_sync()
+    jetstream = JetStreamApi(nc)
+    resources.patch_spec(
+        "consumers",
+        "steady",
+        {"maxAckPending": 50, "ackWait": "1m", "filterSubjects": [f"{subject}.a", f"{subject}.b"]},
+    )
+
+    async def updated() -> dict[str, Any] | None:
+        info = await jetstream.consumer_info(stream, "STEADY")
+        config = (info or {}).get("config") or {}
+        done = config.get("max_ack_pending") == 50 and config.get("ack_wait") == 60_000_000_000
+        return info if done and config.get("filter_subjects") else None
+
+    info = await eventually(updated)
+    assert info["ack_floor"]["stream_seq"] == 3
+    assert info["num_pending"] == 2
+    remaining = await subscription.fetch(2, timeout=5)
+    assert [m.data for m in remaining] == [b"3", b"4"]
+
+
+async def test_consumer_deleted_out_of_band_is_recreated_within_two_seconds(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, _ = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers",
+        consumer_manifest("durable", durableName="DURABLE", streamName=stream, maxAckPending=9),
+    )
+    await eventually(lambda: ready(resources, "consumers", "durable"))
+    jetstream = JetStreamApi(nc)
+    assert await jetstream.delete_consumer(stream, "DURABLE")
+    started = time.monotonic()
+
+    async def back() -> bool:
+        info = await jetstream.consumer_info(stream, "DURABLE")
+        return info is not None and info["config"]["max_ack_pending"] == 9
+
+    await eventually(back, timeout=2.0, interval=0.05)
+    assert time.monotonic() - started < 2.0
+
+
+async def test_deleting_the_resource_deletes_the_consumer(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, _ = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers", consumer_manifest("brief", durableName="BRIEF", streamName=stream)
+    )
+    await eventually(lambda: ready(resources, "consumers", "brief"))
+    resources.delete("consumers", "brief")
+
+    async def gone() -> bool:
+        return resources.get("consumers", "brief") is None and (
+            await JetStreamApi(nc).consumer_info(stream, "BRIEF") is None
+        )
+
+    await eventually(gone)
