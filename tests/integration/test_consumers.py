@@ -256,7 +256,7 @@ async def test_consumer_applied_before_its_stream_becomes_ready(
 async def test_immutable_change_is_refused_then_recreates_when_opted_in(
     resources: Resources, nc: Client, namespace: str
 ) -> None:
-    stream, subject = await make_stream(resources, nc, namespace)
+    stream, _ = await make_stream(resources, nc, namespace)
     resources.create(
         "consumers", consumer_manifest("fixed", durableName="FIXED", streamName=stream)
     )
