@@ -110,7 +110,10 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
 
 @pytest.fixture(scope="session")
 def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats-cluster"), size=3)
+    # Every node carries the same tags, so placement by tags has somewhere to go.
+    cluster = NatsCluster(
+        tmp_path_factory.mktemp("nats-cluster"), size=3, extra_config='server_tags: ["ssd"]'
+    )
     _fixture_logs["nats_cluster"] = cluster.logs()
     atexit.register(cluster.stop)
     try:

@@ -60,3 +60,40 @@ async def test_replicas_go_from_one_to_three_and_back(
         await eventually(lambda: replicas_in_status(1), timeout=30)
     finally:
         await connection.close()
+
+
+async def test_placement_and_replicas_change_together(
+    resources: Resources, nats_cluster: Any, namespace: str
+) -> None:
+    """The server refuses replicas and placement in one update (10123); both still land."""
+    stream = namespace.replace("-", "_").upper()
+    connection = await nats.connect(servers=list(nats_cluster.urls))
+    try:
+        jetstream = JetStreamApi(connection)
+        resources.create(
+            "streams",
+            {"kind": "Stream", "metadata": {"name": "placed"}, "spec": {"name": stream}},
+        )
+        await eventually(lambda: jetstream.stream_info(stream))
+        resources.patch_spec(
+            "streams",
+            "placed",
+            {"replicas": 3, "placement": {"cluster": nats_cluster.name, "tags": ["ssd"]}},
+        )
+
+        async def placed() -> bool:
+            info = await jetstream.stream_info(stream)
+            config = (info or {}).get("config") or {}
+            return config.get("num_replicas") == 3 and config.get("placement") == {
+                "cluster": nats_cluster.name,
+                "tags": ["ssd"],
+            }
+
+        await eventually(placed, timeout=30)
+        await eventually(lambda: _is_ready(resources, "placed"), timeout=30)
+    finally:
+        await connection.close()
+
+
+async def _is_ready(resources: Resources, name: str) -> bool:
+    return is_ready(resources.get("streams", name))
