@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 
 import kopf
 
 from . import GROUP, VERSION
-from .api.kinds import CONSUMER, STREAM
+from .api.kinds import CONSUMER, NATS_CONNECTION, STREAM
+from .handlers import connection as connection_handlers
 from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
-from .handlers.drift import DriftWatcher, WatchSettings
-from .handlers.registry import ResourceRegistry, consumer_stream
+from .handlers.connections import ConnectionDirectory, WatcherSet
+from .handlers.drift import DriftWatcher, WatchSettings, status_patch
+from .handlers.registry import ConnectionKey, ResourceRegistry, consumer_stream
 from .handlers.results import Result, deletion_blocked, paused, unavailable
 from .k8s.client import api_client
+from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
-from .nats.jsapi import JetStreamUnavailable
+from .nats.jsapi import JetStreamApi, JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
 from .reconcile.conditions import conditions_for
 from .reconcile.ownership import Owner
-from .settings import OperatorSettings
+from .settings import OperatorSettings, default_target
 
 # kopf's own bookkeeping annotations. kopf ignores changes under its storage prefix, so it must
 # differ from the prefix of the annotations people set (pause, purge) to keep those visible.
@@ -55,32 +56,43 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.pool = ConnectionPool(request_timeout=operator_settings.nats_request_timeout)
     memo.streams = ResourceRegistry()
     memo.consumers = ResourceRegistry()
-    watcher = DriftWatcher(
-        memo.streams,
-        memo.consumers,
+    memo.natsconnections = ResourceRegistry()
+    kubernetes = api_client()
+    memo.writer = ResourceWriter(kubernetes)
+    memo.secrets = SecretReader(kubernetes)
+    memo.directory = ConnectionDirectory(
+        default_target(operator_settings),
+        memo.natsconnections,
+        memo.secrets,
         memo.pool,
-        _default_target(operator_settings),
-        ResourceWriter(api_client()),
-        WatchSettings(
-            resync_interval=operator_settings.resync_interval,
-            use_advisories=operator_settings.advisories,
-            read_only=operator_settings.read_only,
-            pause_annotation=PAUSE_ANNOTATION,
-        ),
+        require_reference=operator_settings.require_connection_ref,
     )
-    memo.drift_task = asyncio.create_task(watcher.run(), name="drift-watcher")
+    watch_settings = WatchSettings(
+        resync_interval=operator_settings.resync_interval,
+        use_advisories=operator_settings.advisories,
+        read_only=operator_settings.read_only,
+        pause_annotation=PAUSE_ANNOTATION,
+    )
+
+    def make_watcher(key: ConnectionKey, target: ConnectionTarget) -> DriftWatcher:
+        return DriftWatcher(
+            memo.streams, memo.consumers, memo.pool, target, memo.writer, watch_settings, key
+        )
+
+    memo.watchers = WatcherSet(make_watcher)
+    memo.watchers.sync(memo.directory.known())
 
 
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
-    memo.drift_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await memo.drift_task
+    await memo.watchers.stop()
     await memo.pool.close()
 
 
-def _default_target(settings: OperatorSettings) -> ConnectionTarget:
-    return ConnectionTarget(tuple(settings.nats_servers()))
+async def _jetstream(memo: kopf.Memo, namespace: str, spec: kopf.Spec) -> JetStreamApi:
+    directory: ConnectionDirectory = memo.directory
+    pool: ConnectionPool = memo.pool
+    return await pool.jetstream(await directory.target_for(namespace, spec))
 
 
 def _owner(meta: kopf.Meta, namespace: str | None, name: str | None) -> Owner:
@@ -138,7 +150,7 @@ async def reconcile_stream(
     else:
         async with memo.streams.lock(owner.uid):
             try:
-                jetstream = await memo.pool.jetstream(_default_target(settings))
+                jetstream = await _jetstream(memo, owner.namespace, spec)
                 result = await stream_handlers.reconcile(
                     spec, owner, jetstream, read_only=settings.read_only
                 )
@@ -178,7 +190,7 @@ async def finalize_stream(
     owner = _owner(meta, namespace, name)
     async with memo.streams.lock(owner.uid):
         try:
-            jetstream = await memo.pool.jetstream(_default_target(settings))
+            jetstream = await _jetstream(memo, owner.namespace, spec)
             result = await stream_handlers.finalize(
                 spec, owner, jetstream, read_only=settings.read_only
             )
@@ -230,7 +242,7 @@ async def reconcile_consumer(
     else:
         async with memo.consumers.lock(owner.uid):
             try:
-                jetstream = await memo.pool.jetstream(_default_target(settings))
+                jetstream = await _jetstream(memo, owner.namespace, spec)
                 result = await consumer_handlers.reconcile(
                     spec,
                     owner,
@@ -268,7 +280,7 @@ async def finalize_consumer(
     owner = _owner(meta, namespace, name)
     async with memo.consumers.lock(owner.uid):
         try:
-            jetstream = await memo.pool.jetstream(_default_target(settings))
+            jetstream = await _jetstream(memo, owner.namespace, spec)
             result = await consumer_handlers.finalize(
                 spec,
                 owner,
@@ -287,3 +299,80 @@ async def finalize_consumer(
         retry=retry,
         settings=settings,
     )
+
+
+@kopf.on.event(GROUP, VERSION, NATS_CONNECTION.plural)
+def remember_connection(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.natsconnections.observe(event.get("type"), event.get("object") or {})
+
+
+async def _check_connection(memo: kopf.Memo, spec: kopf.Spec, namespace: str, name: str) -> Result:
+    """Connect with the connection's current Secrets; switch users over when they changed."""
+    result, target = await connection_handlers.check(spec, namespace, name, memo.secrets, memo.pool)
+    if memo.directory.remember((namespace, name), target):
+        memo.watchers.sync(memo.directory.known())
+        await memo.pool.retain(memo.directory.known().values())
+    return result
+
+
+@kopf.on.resume(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
+@kopf.on.create(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
+@kopf.on.update(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
+async def reconcile_connection(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    namespace: str | None,
+    name: str | None,
+    retry: int,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    result = await _check_connection(memo, spec, namespace or "", name or "")
+    _report(
+        result,
+        body=body,
+        patch=patch,
+        status=status,
+        generation=meta.get("generation"),
+        retry=retry,
+        settings=memo.settings,
+    )
+
+
+@kopf.daemon(GROUP, VERSION, NATS_CONNECTION.plural, id="recheck", cancellation_timeout=5)
+async def recheck_connection(
+    stopped: kopf.DaemonStopped,
+    spec: kopf.Spec,
+    namespace: str | None,
+    name: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    """Re-read the Secrets and re-check now and then: a rotated credential takes effect within
+    seconds, and the status keeps showing the account's usage."""
+    settings: OperatorSettings = memo.settings
+    while not stopped:
+        await stopped.wait(settings.connection_check_interval)
+        if stopped:
+            return
+        tracked = memo.natsconnections.named(namespace or "", name or "")
+        if tracked is None or tracked.deleting:
+            continue
+        result = await _check_connection(memo, tracked.spec, namespace or "", name or "")
+        patch = status_patch(tracked, result)
+        if patch is not None:
+            await memo.writer.patch_status(
+                NATS_CONNECTION.plural, namespace or "", name or "", patch
+            )
+
+
+@kopf.on.delete(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_FINALIZE, optional=True)
+async def forget_connection(
+    namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    if memo.directory.remember((namespace or "", name or ""), None):
+        memo.watchers.sync(memo.directory.known())
+        await memo.pool.retain(memo.directory.known().values())

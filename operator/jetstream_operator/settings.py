@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .nats.pool import AuthMaterial, ConnectionTarget, TlsMaterial
 
 
 class OperatorSettings(BaseSettings):
@@ -31,6 +34,19 @@ class OperatorSettings(BaseSettings):
     """Repair out-of-band changes as soon as the server announces them."""
     read_only: bool = False
     """Observe and report only: never create, update or delete anything in NATS."""
+    require_connection_ref: bool = False
+    """Serve only resources naming a NatsConnection of their namespace, so tenants cannot use
+    the default (system) connection."""
+    connection_check_interval: float = Field(default=10.0, gt=0)
+    """Seconds between re-reading a NatsConnection's Secrets and re-checking it."""
+    nats_creds_file: str | None = None
+    """Creds file (JWT and seed) for the default connection, e.g. mounted from a Secret."""
+    nats_tls_ca: str | None = None
+    """CA bundle file for the default connection."""
+    nats_tls_cert: str | None = None
+    """Client certificate file for the default connection."""
+    nats_tls_key: str | None = None
+    """Client key file for the default connection."""
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -45,3 +61,20 @@ class OperatorSettings(BaseSettings):
     def retry_delay(self, attempt: int) -> float:
         """Exponential backoff, so a failing resource never loops hot."""
         return min(self.retry_max_delay, self.retry_base_delay * 2.0 ** max(0, attempt))
+
+
+def default_target(settings: OperatorSettings) -> ConnectionTarget:
+    """The operator's own connection, from its settings and mounted files."""
+
+    def read(path: str | None) -> bytes | None:
+        return Path(path).read_bytes() if path else None
+
+    tls = None
+    if settings.nats_tls_ca or settings.nats_tls_cert:
+        tls = TlsMaterial(
+            read(settings.nats_tls_ca), read(settings.nats_tls_cert), read(settings.nats_tls_key)
+        )
+    auth = None
+    if settings.nats_creds_file:
+        auth = AuthMaterial("creds", "", Path(settings.nats_creds_file).read_text())
+    return ConnectionTarget(tuple(settings.nats_servers()), auth=auth, tls=tls)

@@ -91,6 +91,11 @@ IDENTITY_RULES: list[JsonValue] = [
         "spec.streamName and spec.streamRef are immutable: create a new Consumer resource to "
         "consume another stream",
     ),
+    cel(
+        f"{_unchanged('connectionRef')}",
+        "spec.connectionRef is immutable: the consumer would be left behind on the old system; "
+        "create a new Consumer resource for the other connection",
+    ),
 ]
 
 IMMUTABLE_RULES: list[JsonValue] = [
@@ -278,6 +283,13 @@ class ConsumerSpec(ResourceModel):
     """Take over a consumer that already exists and has no owner (IfUnowned), or never do."""
     recreate_on_immutable_change: bool = False
     """Apply immutable changes by delete+recreate; loses the position and unacked messages."""
+    connection_ref: (
+        Annotated[
+            str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+        ]
+        | None
+    ) = None
+    """NatsConnection in this namespace to use; unset for the operator's default connection."""
 
     def retains_consumer(self) -> bool:
         """Whether deleting the resource must leave the consumer in NATS."""

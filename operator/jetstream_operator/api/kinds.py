@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from .. import GROUP, VERSION
+from .connection import NatsConnectionSpec, NatsConnectionStatus
 from .consumer import ConsumerSpec, ConsumerStatus
 from .stream import StreamSpec, StreamStatus
 
@@ -95,4 +96,21 @@ CONSUMER = ResourceKind(
     ),
 )
 
-ALL_KINDS: tuple[ResourceKind, ...] = (STREAM, CONSUMER)
+NATS_CONNECTION = ResourceKind(
+    kind="NatsConnection",
+    plural="natsconnections",
+    spec_model=NatsConnectionSpec,
+    status_model=NatsConnectionStatus,
+    description="How Streams and Consumers in this namespace connect to NATS.",
+    short_names=("natsconn",),
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Version", ".status.serverVersion"),
+        PrinterColumn("Domain", ".status.jetstreamDomain", priority=1),
+        PrinterColumn("Streams", ".status.account.streams", type="integer"),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
+ALL_KINDS: tuple[ResourceKind, ...] = (STREAM, CONSUMER, NATS_CONNECTION)

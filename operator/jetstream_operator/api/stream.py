@@ -128,6 +128,11 @@ STREAM_RULES: list[JsonValue] = [
     ),
     cel(_unchanged("allowMsgCounter"), "spec.allowMsgCounter cannot change after creation"),
     cel(_unchanged("persistMode"), "spec.persistMode cannot change after creation"),
+    cel(
+        _unchanged("connectionRef"),
+        "spec.connectionRef is immutable: the stream would be left behind on the old system; "
+        "create a new Stream resource for the other connection",
+    ),
 ]
 
 SPEC_RULES: list[JsonValue] = [
@@ -248,6 +253,13 @@ class StreamSpec(ResourceModel):
     """NACK's switch to create the stream but never update it afterwards."""
     adoption: Literal["Never", "IfUnowned"] = "Never"
     """Take over a stream that already exists and has no owner (IfUnowned), or never do."""
+    connection_ref: (
+        Annotated[
+            str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+        ]
+        | None
+    ) = None
+    """NatsConnection in this namespace to use; unset for the operator's default connection."""
 
     def retains_data(self) -> bool:
         """Whether deleting the resource must leave the stream in NATS."""

@@ -23,7 +23,13 @@ from ..nats.pool import ConnectionPool, ConnectionTarget
 from ..reconcile.conditions import conditions_for, same_conditions
 from . import consumer as consumer_handlers
 from . import stream as stream_handlers
-from .registry import ResourceRegistry, TrackedResource, consumer_stream
+from .registry import (
+    ConnectionKey,
+    ResourceRegistry,
+    TrackedResource,
+    connection_key,
+    consumer_stream,
+)
 from .results import Result, paused
 
 logger = logging.getLogger(__name__)
@@ -68,6 +74,7 @@ class DriftWatcher:
         target: ConnectionTarget,
         writer: ResourceWriter,
         settings: WatchSettings,
+        connection: ConnectionKey = None,
     ) -> None:
         self._streams = streams
         self._consumers = consumers
@@ -75,6 +82,7 @@ class DriftWatcher:
         self._target = target
         self._writer = writer
         self._settings = settings
+        self._connection = connection
         self._pending_streams: set[str] = set()
         self._pending_consumers: set[tuple[str, str]] = set()
         self._wakeup = asyncio.Event()
@@ -152,6 +160,8 @@ class DriftWatcher:
                 await self._repair(STREAM, resource, jetstream, infos.get(name))
         by_stream: dict[str, list[TrackedResource]] = {}
         for resource in self._consumers:
+            if not self.belongs(resource):
+                continue
             stream = consumer_stream(resource, self._streams)
             if stream is None or stream not in infos:
                 await self._repair(CONSUMER, resource, jetstream, None)
@@ -164,6 +174,10 @@ class DriftWatcher:
             for resource in resources:
                 known = consumers.get(str(resource.spec_text("durableName")))
                 await self._repair(CONSUMER, resource, jetstream, known)
+
+    def belongs(self, resource: TrackedResource) -> bool:
+        """Whether the resource uses this watcher's connection."""
+        return connection_key(resource) == self._connection
 
     async def _reconcile(
         self,
@@ -199,7 +213,7 @@ class DriftWatcher:
         jetstream: JetStreamApi,
         known: Mapping[str, Any] | None,
     ) -> None:
-        if not needs_care(resource):
+        if not needs_care(resource) or not self.belongs(resource):
             return
         async with resource.lock:
             annotation = self._settings.pause_annotation

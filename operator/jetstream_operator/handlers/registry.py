@@ -108,3 +108,12 @@ def consumer_stream(consumer: TrackedResource, streams: ResourceRegistry) -> str
         return None
     target = streams.named(consumer.owner.namespace, reference)
     return target.spec_text("name") if target is not None else None
+
+
+ConnectionKey = tuple[str, str] | None
+"""None for the operator's default connection, else (namespace, NatsConnection name)."""
+
+
+def connection_key(resource: TrackedResource) -> ConnectionKey:
+    reference = resource.spec_text("connectionRef")
+    return None if reference is None else (resource.owner.namespace, reference)

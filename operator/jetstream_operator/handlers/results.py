@@ -54,10 +54,8 @@ def validation_message(error: ValidationError) -> str:
 
 def unavailable(error: JetStreamUnavailable) -> Result:
     """NATS could not be reached: not the spec's fault, so keep retrying."""
-    return Result(
-        Outcome(False, "NatsUnavailable", f"{error}; retrying with backoff"),
-        retry=True,
-    )
+    reason = getattr(error, "reason", "NatsUnavailable")
+    return Result(Outcome(False, reason, f"{error}; retrying with backoff"), retry=True)
 
 
 def deletion_blocked(what: str, error: JetStreamUnavailable) -> Result:

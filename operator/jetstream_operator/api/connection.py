@@ -1,0 +1,143 @@
+"""The NatsConnection custom resource: how Streams and Consumers in a namespace reach NATS.
+
+Credentials never appear in the resource itself: every secret value is read from a Secret in the
+same namespace, so RBAC on Secrets keeps deciding who may use which credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, JsonValue
+
+from .base import ResourceModel, cel
+from .status import Condition
+
+SecretName = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]
+SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+ServerUrl = Annotated[
+    str, Field(min_length=1, max_length=1024, pattern=r"^(nats|tls|wss?)://[^\s]+$")
+]
+
+
+class TlsSecret(ResourceModel):
+    """TLS material from one Secret, laid out like a kubernetes.io/tls Secret plus ca.crt."""
+
+    secret_name: SecretName
+    """Secret in the same namespace."""
+    ca_key: SecretKey | None = "ca.crt"
+    """Key of the CA bundle that signs the servers' certificates; null to use system CAs."""
+    cert_key: SecretKey | None = None
+    """Key of the client certificate, for servers that verify clients (e.g. "tls.crt")."""
+    key_key: SecretKey | None = None
+    """Key of the client certificate's private key (e.g. "tls.key")."""
+
+
+class UserPasswordSecret(ResourceModel):
+    """A user name and password from a Secret."""
+
+    secret_name: SecretName
+    """Secret in the same namespace."""
+    username_key: SecretKey = "username"
+    """Key holding the user name."""
+    password_key: SecretKey = "password"
+    """Key holding the password."""
+
+
+class SecretValue(ResourceModel):
+    """One value from a Secret: a token, an NKey seed, or a creds file."""
+
+    secret_name: SecretName
+    """Secret in the same namespace."""
+    key: SecretKey
+    """Key holding the value."""
+
+
+CONNECTION_RULES: list[JsonValue] = [
+    cel(
+        "(has(self.userPassword) ? 1 : 0) + (has(self.token) ? 1 : 0) + "
+        "(has(self.nkey) ? 1 : 0) + (has(self.creds) ? 1 : 0) <= 1",
+        "choose one authentication method: userPassword, token, nkey or creds",
+    ),
+    cel(
+        "!has(self.jsDomain) || !has(self.apiPrefix)",
+        "spec.jsDomain and spec.apiPrefix are mutually exclusive (a domain implies the prefix)",
+    ),
+    cel(
+        "!has(self.tls) || (has(self.tls.certKey) == has(self.tls.keyKey))",
+        "spec.tls.certKey and spec.tls.keyKey go together",
+    ),
+]
+
+
+class NatsConnectionSpec(ResourceModel):
+    """Servers, TLS and one authentication method, read from Secrets in this namespace."""
+
+    model_config = ConfigDict(
+        **ResourceModel.model_config,
+        json_schema_extra={"x-kubernetes-validations": CONNECTION_RULES},
+    )
+
+    servers: Annotated[list[ServerUrl], Field(min_length=1, max_length=32)]
+    """NATS server URLs, e.g. nats://nats.nats.svc:4222."""
+    tls: TlsSecret | None = None
+    """Verify the servers (and optionally present a client certificate)."""
+    tls_first: bool = False
+    """Start with the TLS handshake (server option handshake_first)."""
+    user_password: UserPasswordSecret | None = None
+    """Authenticate with a user name and password."""
+    token: SecretValue | None = None
+    """Authenticate with a token."""
+    nkey: SecretValue | None = None
+    """Authenticate with an NKey seed (the key holds the seed, starting with "SU")."""
+    creds: SecretValue | None = None
+    """Authenticate with a creds file (JWT and seed), as issued by nsc."""
+    js_domain: Annotated[str, Field(max_length=255, pattern=r"^[^.*>\s]+$")] | None = None
+    """JetStream domain to manage (leaf node setups)."""
+    api_prefix: Annotated[str, Field(max_length=255)] | None = None
+    """JetStream API prefix, for accounts that import the API under another subject."""
+
+    def secret_names(self) -> set[str]:
+        """Every Secret this connection reads; the operator needs `get` on exactly these."""
+        refs = (self.tls, self.user_password, self.token, self.nkey, self.creds)
+        return {ref.secret_name for ref in refs if ref is not None}
+
+
+class AccountUsage(ResourceModel):
+    """The account's JetStream usage against its limits (-1: unlimited)."""
+
+    memory: int = 0
+    """Bytes of memory storage used."""
+    storage: int = 0
+    """Bytes of file storage used."""
+    streams: int = 0
+    """Streams in the account."""
+    consumers: int = 0
+    """Consumers in the account."""
+    max_memory: int | None = None
+    """Memory storage limit."""
+    max_storage: int | None = None
+    """File storage limit."""
+    max_streams: int | None = None
+    """Stream limit."""
+    max_consumers: int | None = None
+    """Consumer limit."""
+
+
+class NatsConnectionStatus(ResourceModel):
+    """Whether the operator can reach JetStream with this connection, and what it saw there."""
+
+    observed_generation: int | None = None
+    """The metadata.generation the operator last acted on."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, Reconciling and Stalled, following kstatus."""
+    server_version: str | None = None
+    """Version of the server the operator is connected to."""
+    server_name: str | None = None
+    """Name of that server."""
+    jetstream_domain: str | None = None
+    """JetStream domain reported by the server."""
+    account: AccountUsage | None = None
+    """The account's JetStream usage and limits."""

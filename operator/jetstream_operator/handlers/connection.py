@@ -1,0 +1,116 @@
+"""Resolve a NatsConnection into a pool target (reading its Secrets) and check it works."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..api.connection import NatsConnectionSpec
+from ..k8s.secrets import SecretProblem, SecretReader
+from ..nats.jsapi import JetStreamError, JetStreamUnavailable
+from ..nats.pool import AuthMaterial, ConnectFailure, ConnectionPool, ConnectionTarget, TlsMaterial
+from ..reconcile.conditions import Outcome
+from .results import Result, validation_message
+
+
+def api_prefix(spec: NatsConnectionSpec) -> str:
+    if spec.js_domain:
+        return f"$JS.{spec.js_domain}.API"
+    return spec.api_prefix or "$JS.API"
+
+
+async def resolve(
+    spec: NatsConnectionSpec, namespace: str, name: str, secrets: SecretReader
+) -> ConnectionTarget:
+    """The connection target with its secret material; SecretProblem when a Secret is off."""
+    tls: TlsMaterial | None = None
+    if spec.tls is not None:
+        ref = spec.tls
+        values = await secrets.values(namespace, ref.secret_name)
+
+        def pick(key: str | None) -> bytes | None:
+            if key is None:
+                return None
+            if key not in values:
+                raise SecretProblem(f"Secret {namespace}/{ref.secret_name} has no key {key!r}")
+            return values[key]
+
+        tls = TlsMaterial(pick(ref.ca_key), pick(ref.cert_key), pick(ref.key_key), spec.tls_first)
+    auth: AuthMaterial | None = None
+    if spec.user_password is not None:
+        ref_up = spec.user_password
+        values = await secrets.values(namespace, ref_up.secret_name)
+        for key in (ref_up.username_key, ref_up.password_key):
+            if key not in values:
+                raise SecretProblem(f"Secret {namespace}/{ref_up.secret_name} has no key {key!r}")
+        auth = AuthMaterial(
+            "userPassword",
+            values[ref_up.username_key].decode(),
+            values[ref_up.password_key].decode(),
+        )
+    for kind, ref_value in (("token", spec.token), ("nkey", spec.nkey), ("creds", spec.creds)):
+        if ref_value is not None:
+            secret = await secrets.value(namespace, ref_value.secret_name, ref_value.key)
+            auth = AuthMaterial(kind, "", secret.decode().strip())  # type: ignore[arg-type]
+    return ConnectionTarget(
+        tuple(spec.servers), api_prefix(spec), auth, tls, label=f"{namespace}/{name}"
+    )
+
+
+def account_usage(info: Mapping[str, Any]) -> dict[str, Any]:
+    limits = info.get("limits") or {}
+    return {
+        "memory": info.get("memory", 0),
+        "storage": info.get("storage", 0),
+        "streams": info.get("streams", 0),
+        "consumers": info.get("consumers", 0),
+        "maxMemory": limits.get("max_memory"),
+        "maxStorage": limits.get("max_storage"),
+        "maxStreams": limits.get("max_streams"),
+        "maxConsumers": limits.get("max_consumers"),
+    }
+
+
+async def check(
+    spec_body: Mapping[str, Any],
+    namespace: str,
+    name: str,
+    secrets: SecretReader,
+    pool: ConnectionPool,
+) -> tuple[Result, ConnectionTarget | None]:
+    """Connect with the resource's settings and report what JetStream says about the account."""
+    try:
+        spec = NatsConnectionSpec.model_validate(dict(spec_body))
+    except ValidationError as error:
+        outcome = Outcome(False, "InvalidSpec", validation_message(error), stalled=True)
+        return Result(outcome), None
+    try:
+        target = await resolve(spec, namespace, name, secrets)
+    except SecretProblem as error:
+        return Result(Outcome(False, "SecretProblem", str(error), stalled=True), retry=True), None
+    try:
+        connection = await pool.connection(target)
+        jetstream = await pool.jetstream(target)
+        info = await jetstream.request("INFO")
+    except ConnectFailure as error:
+        return Result(Outcome(False, error.reason, str(error), stalled=True), retry=True), None
+    except JetStreamUnavailable as error:
+        message = (
+            f"connected, but JetStream did not answer under {target.api_prefix}: is JetStream "
+            f"enabled for this account (and the domain right)? ({error})"
+        )
+        return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True), None
+    except JetStreamError as error:
+        message = f"JetStream refused the account information request: {error.description}"
+        return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True), None
+    server = getattr(connection, "_server_info", {}) or {}
+    status = {
+        "serverVersion": server.get("version"),
+        "serverName": server.get("server_name"),
+        "jetstreamDomain": info.get("domain") or spec.js_domain,
+        "account": account_usage(info),
+    }
+    message = f"connected to {server.get('server_name') or 'NATS'}; JetStream answers"
+    return Result(Outcome(True, "Connected", message), status=status), target

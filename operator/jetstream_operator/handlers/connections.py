@@ -1,0 +1,123 @@
+"""Which NATS system each resource talks to, and one drift watcher per system in use.
+
+Resources name a NatsConnection of their own namespace (or none, for the operator's default);
+the directory keeps each connection's last working target, refreshed when its Secrets change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..k8s.secrets import SecretReader
+from ..nats.jsapi import JetStreamUnavailable
+from ..nats.pool import ConnectionPool, ConnectionTarget
+from . import connection as connection_handlers
+from .drift import DriftWatcher
+from .registry import ConnectionKey, ResourceRegistry
+
+logger = logging.getLogger(__name__)
+
+
+class ConnectionNotReady(JetStreamUnavailable):
+    """The resource's NatsConnection is missing or failing; `reason` is a condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ConnectionDirectory:
+    """Targets by connection key; the default connection is always present."""
+
+    def __init__(
+        self,
+        default: ConnectionTarget,
+        connections: ResourceRegistry,
+        secrets: SecretReader,
+        pool: ConnectionPool,
+        require_reference: bool = False,
+    ) -> None:
+        self.default = default
+        self._connections = connections
+        self._secrets = secrets
+        self._pool = pool
+        self._require_reference = require_reference
+        self._targets: dict[tuple[str, str], ConnectionTarget] = {}
+
+    def known(self) -> dict[ConnectionKey, ConnectionTarget]:
+        known: dict[ConnectionKey, ConnectionTarget] = {None: self.default}
+        for key, target in self._targets.items():
+            known[key] = target
+        return known
+
+    def remember(self, key: tuple[str, str], target: ConnectionTarget | None) -> bool:
+        """Record a connection's current target; True when it changed."""
+        if target is None:
+            return self._targets.pop(key, None) is not None
+        changed = self._targets.get(key) != target
+        self._targets[key] = target
+        return changed
+
+    async def target_for(self, namespace: str, spec: Mapping[str, Any]) -> ConnectionTarget:
+        """The target a Stream or Consumer spec uses; ConnectionNotReady explains a failure."""
+        reference = spec.get("connectionRef")
+        if not reference:
+            if self._require_reference:
+                raise ConnectionNotReady(
+                    "ConnectionRequired",
+                    "this operator only serves resources with spec.connectionRef naming a "
+                    "NatsConnection in their namespace",
+                )
+            return self.default
+        key = (namespace, str(reference))
+        if key in self._targets:
+            return self._targets[key]
+        tracked = self._connections.named(namespace, str(reference))
+        if tracked is None:
+            raise ConnectionNotReady(
+                "ConnectionNotFound",
+                f"NatsConnection {reference!r} does not exist in namespace {namespace!r} "
+                "(a resource can only use a connection of its own namespace)",
+            )
+        result, target = await connection_handlers.check(
+            tracked.spec, namespace, str(reference), self._secrets, self._pool
+        )
+        if target is None:
+            raise ConnectionNotReady(
+                "ConnectionNotReady",
+                f"NatsConnection {reference!r} is not ready: {result.outcome.message}",
+            )
+        self._targets[key] = target
+        return target
+
+
+class WatcherSet:
+    """One drift watcher task per connection in use, restarted when its target changes."""
+
+    def __init__(self, make: Callable[[ConnectionKey, ConnectionTarget], DriftWatcher]) -> None:
+        self._make = make
+        self._running: dict[ConnectionKey, tuple[ConnectionTarget, asyncio.Task[None]]] = {}
+
+    def sync(self, wanted: Mapping[ConnectionKey, ConnectionTarget]) -> None:
+        for key in list(self._running):
+            target, task = self._running[key]
+            if wanted.get(key) != target:
+                task.cancel()
+                del self._running[key]
+        for key, target in wanted.items():
+            if key not in self._running:
+                task = asyncio.create_task(self._make(key, target).run(), name=f"drift-{key}")
+                self._running[key] = (target, task)
+
+    async def stop(self) -> None:
+        tasks = [task for _, task in self._running.values()]
+        self._running.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
