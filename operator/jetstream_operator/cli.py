@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,9 +17,13 @@ def _run(args: argparse.Namespace) -> int:
     from .settings import OperatorSettings
 
     settings = OperatorSettings()
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    # kopf's formatter names the resource (namespace/name) on every line it logs for one;
+    # JSON puts it in fields ("object") for log pipelines.
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.FULL,
+        log_prefix=settings.log_format != "json",
+        log_refkey="object" if settings.log_format == "json" else None,
     )
     kopf.run(
         clusterwide=not settings.namespaces,

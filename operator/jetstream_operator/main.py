@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import kopf
 
-from . import GROUP, VERSION
+from . import GROUP, VERSION, metrics
 from .api.kinds import CONSUMER, NATS_CONNECTION, STREAM
 from .handlers import connection as connection_handlers
 from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
 from .handlers.connections import ConnectionDirectory, WatcherSet
 from .handlers.drift import DriftWatcher, WatchSettings, status_patch
-from .handlers.registry import ConnectionKey, ResourceRegistry, consumer_stream
+from .handlers.registry import ConnectionKey, ResourceRegistry, consumer_stream, ready_counts
 from .handlers.results import Result, deletion_blocked, paused, unavailable
 from .k8s.client import api_client
 from .k8s.secrets import SecretReader
@@ -81,6 +82,22 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
     memo.watchers = WatcherSet(make_watcher)
     memo.watchers.sync(memo.directory.known())
+    if operator_settings.metrics_port is not None:
+        registries = {
+            STREAM.kind: memo.streams,
+            CONSUMER.kind: memo.consumers,
+            NATS_CONNECTION.kind: memo.natsconnections,
+        }
+        metrics.serve(
+            operator_settings.metrics_port,
+            metrics.StateCollector(
+                lambda: ready_counts(registries),
+                lambda: [
+                    (target.label, memo.pool.is_connected(target))
+                    for target in memo.directory.known().values()
+                ],
+            ),
+        )
 
 
 @kopf.on.cleanup()
@@ -102,6 +119,8 @@ def _owner(meta: kopf.Meta, namespace: str | None, name: str | None) -> Owner:
 def _report(
     result: Result,
     *,
+    kind: str,
+    started: float,
     body: kopf.Body,
     patch: kopf.Patch,
     status: kopf.Status,
@@ -110,6 +129,12 @@ def _report(
     settings: OperatorSettings,
 ) -> None:
     """Write the outcome into status, post events, and ask kopf to retry with backoff."""
+    metrics.observe(
+        kind,
+        result.outcome.reason,
+        (event.reason for event in result.events),
+        time.perf_counter() - started,
+    )
     patch.status["observedGeneration"] = generation
     patch.status["conditions"] = conditions_for(
         result.outcome, generation, status.get("conditions") or []
@@ -143,6 +168,7 @@ async def reconcile_stream(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    started = time.perf_counter()
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
     if meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
@@ -164,6 +190,8 @@ async def reconcile_stream(
                 result = unavailable(error)
     _report(
         result,
+        kind=STREAM.kind,
+        started=started,
         body=body,
         patch=patch,
         status=status,
@@ -186,6 +214,7 @@ async def finalize_stream(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    started = time.perf_counter()
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
     async with memo.streams.lock(owner.uid):
@@ -198,6 +227,8 @@ async def finalize_stream(
             result = deletion_blocked(f"stream {spec.get('name')}", error)
     _report(
         result,
+        kind=STREAM.kind,
+        started=started,
         body=body,
         patch=patch,
         status=status,
@@ -235,6 +266,7 @@ async def reconcile_consumer(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    started = time.perf_counter()
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
     if meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
@@ -254,6 +286,8 @@ async def reconcile_consumer(
                 result = unavailable(error)
     _report(
         result,
+        kind=CONSUMER.kind,
+        started=started,
         body=body,
         patch=patch,
         status=status,
@@ -276,6 +310,7 @@ async def finalize_consumer(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    started = time.perf_counter()
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
     async with memo.consumers.lock(owner.uid):
@@ -292,6 +327,8 @@ async def finalize_consumer(
             result = deletion_blocked(f"consumer {spec.get('durableName')}", error)
     _report(
         result,
+        kind=CONSUMER.kind,
+        started=started,
         body=body,
         patch=patch,
         status=status,
@@ -330,9 +367,12 @@ async def reconcile_connection(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    started = time.perf_counter()
     result = await _check_connection(memo, spec, namespace or "", name or "")
     _report(
         result,
+        kind=NATS_CONNECTION.kind,
+        started=started,
         body=body,
         patch=patch,
         status=status,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -37,6 +37,10 @@ class OperatorSettings(BaseSettings):
     require_connection_ref: bool = False
     """Serve only resources naming a NatsConnection of their namespace, so tenants cannot use
     the default (system) connection."""
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """Serve Prometheus metrics on this port (all interfaces); off when unset."""
+    log_format: Literal["text", "json"] = "text"
+    """Log lines as text, or as one JSON object per line for log pipelines."""
     connection_check_interval: float = Field(default=10.0, gt=0)
     """Seconds between re-reading a NatsConnection's Secrets and re-checking it."""
     nats_creds_file: str | None = None

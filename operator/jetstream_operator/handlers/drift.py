@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import API_VERSION
+from .. import API_VERSION, metrics
 from ..api.kinds import CONSUMER, STREAM, ResourceKind
 from ..k8s.status import ResourceWriter
 from ..nats.advisories import subscribe_changes
@@ -215,12 +216,19 @@ class DriftWatcher:
     ) -> None:
         if not needs_care(resource) or not self.belongs(resource):
             return
+        started = time.perf_counter()
         async with resource.lock:
             annotation = self._settings.pause_annotation
             if annotation and resource.annotation(annotation).lower() == "true":
                 result = paused(annotation)
             else:
                 result = await self._reconcile(kind, resource, jetstream, known)
+            metrics.observe(
+                kind.kind,
+                result.outcome.reason,
+                (event.reason for event in result.events),
+                time.perf_counter() - started,
+            )
             patch = status_patch(resource, result)
             if patch is not None:
                 written = await self._writer.patch_status(

@@ -117,3 +117,16 @@ ConnectionKey = tuple[str, str] | None
 def connection_key(resource: TrackedResource) -> ConnectionKey:
     reference = resource.spec_text("connectionRef")
     return None if reference is None else (resource.owner.namespace, reference)
+
+
+def ready_counts(registries: Mapping[str, ResourceRegistry]) -> list[tuple[str, str, int]]:
+    """(kind, Ready status, count) over every registry, for the resources gauge."""
+    counts: dict[tuple[str, str], int] = {}
+    for kind, registry in registries.items():
+        for resource in registry:
+            ready = "Unknown"
+            for condition in resource.status.get("conditions") or []:
+                if condition.get("type") == "Ready":
+                    ready = str(condition.get("status"))
+            counts[(kind, ready)] = counts.get((kind, ready), 0) + 1
+    return [(kind, ready, count) for (kind, ready), count in sorted(counts.items())]

@@ -7,11 +7,14 @@ server knows, including ones newer than the client library.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+
+from ..metrics import NATS_REQUEST_ERRORS, NATS_REQUEST_SECONDS, operation_of
 
 ServerConfig = dict[str, Any]
 
@@ -44,17 +47,24 @@ class JetStreamApi:
 
     async def request(self, subject: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         body = json.dumps(payload).encode() if payload is not None else b""
+        operation = operation_of(subject)
+        started = time.perf_counter()
         try:
             reply = await self._connection.request(
                 f"{self._prefix}.{subject}", body, timeout=self._timeout
             )
         except NoRespondersError as error:
+            NATS_REQUEST_ERRORS.labels(operation, "no_responders").inc()
             raise JetStreamUnavailable("no JetStream responded; is JetStream enabled?") from error
         except NatsTimeoutError as error:
+            NATS_REQUEST_ERRORS.labels(operation, "timeout").inc()
             raise JetStreamUnavailable("the JetStream API did not answer in time") from error
+        finally:
+            NATS_REQUEST_SECONDS.labels(operation).observe(time.perf_counter() - started)
         answer: dict[str, Any] = json.loads(reply.data)
         failure = answer.get("error")
         if failure:
+            NATS_REQUEST_ERRORS.labels(operation, "api_error").inc()
             raise JetStreamError(
                 int(failure.get("code", 0)),
                 int(failure.get("err_code", 0)),

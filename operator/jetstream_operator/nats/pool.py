@@ -183,6 +183,10 @@ class ConnectionPool:
             raise classify(target, problems) from None
         return connection
 
+    def is_connected(self, target: ConnectionTarget) -> bool:
+        connection = self._connections.get(target)
+        return connection is not None and connection.is_connected
+
     async def retain(self, targets: Iterable[ConnectionTarget]) -> None:
         """Close connections no longer used by anything (e.g. after a credential rotation)."""
         keep = set(targets)

@@ -1,0 +1,90 @@
+"""/metrics, scraped from the running operator, shows the counters moving."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from nats.aio.client import Client
+
+from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_operator.devenv.paths import free_port
+from jetstream_operator.nats.jsapi import JetStreamApi
+
+from .conftest import operator_variant
+from .helpers import Resources, eventually, is_ready
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture
+def metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
+    port = free_port()
+    with operator_variant(
+        operator_process,
+        JETSTREAM_OPERATOR_METRICS_PORT=str(port),
+        JETSTREAM_OPERATOR_LOG_FORMAT="json",
+    ):
+        yield f"http://127.0.0.1:{port}/metrics"
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def value(samples: dict[str, float], prefix: str) -> float:
+    return sum(v for name, v in samples.items() if name.startswith(prefix))
+
+
+async def test_metrics_follow_reconciles_and_repairs(
+    metrics_url: str,
+    resources: Resources,
+    nc: Client,
+    namespace: str,
+    operator_process: OperatorProcess,
+) -> None:
+    before = scrape(metrics_url)
+    stream = namespace.replace("-", "_").upper()
+    resources.create(
+        "streams",
+        {"kind": "Stream", "metadata": {"name": "counted"}, "spec": {"name": stream, "maxMsgs": 3}},
+    )
+
+    async def ready() -> bool:
+        return is_ready(resources.get("streams", "counted"))
+
+    await eventually(ready)
+    jetstream = JetStreamApi(nc)
+    info = await jetstream.stream_info(stream)
+    assert info is not None
+    await jetstream.update_stream({**info["config"], "max_msgs": 4})
+
+    async def repaired() -> dict[str, float] | None:
+        after = scrape(metrics_url)
+        moved = value(after, 'jetstream_operator_drift_repairs_total{kind="Stream"}') > value(
+            before, 'jetstream_operator_drift_repairs_total{kind="Stream"}'
+        )
+        return after if moved else None
+
+    after = await eventually(repaired)
+    assert value(after, 'jetstream_operator_reconciles_total{kind="Stream"') > value(
+        before, 'jetstream_operator_reconciles_total{kind="Stream"'
+    )
+    assert (
+        value(
+            after, 'jetstream_operator_nats_request_duration_seconds_count{operation="STREAM.INFO"}'
+        )
+        > 0
+    )  # noqa: E501
+    assert value(after, 'jetstream_operator_resources{kind="Stream",ready="True"}') >= 1
+    assert value(after, 'jetstream_operator_connection_up{connection="default"}') == 1
+    log_line = operator_process.tail(200).splitlines()[-1]
+    assert log_line.startswith("{"), "JSON log format was asked for"
