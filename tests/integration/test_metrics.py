@@ -83,7 +83,7 @@ async def test_metrics_follow_reconciles_and_repairs(
             after, 'jetstream_operator_nats_request_duration_seconds_count{operation="STREAM.INFO"}'
         )
         > 0
-    )  # noqa: E501
+    )
     assert value(after, 'jetstream_operator_resources{kind="Stream",ready="True"}') >= 1
     assert value(after, 'jetstream_operator_connection_up{connection="default"}') == 1
     log_line = operator_process.tail(200).splitlines()[-1]
