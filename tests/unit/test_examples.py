@@ -8,7 +8,8 @@ import yaml
 from jetstream_operator import API_VERSION
 from jetstream_operator.api.kinds import ALL_KINDS
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+_ROOT = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = sorted([*_ROOT.glob("*.yaml"), *_ROOT.glob("connections/*.yaml")])
 MODELS = {kind.kind: kind.spec_model for kind in ALL_KINDS}
 
 
