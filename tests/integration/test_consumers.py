@@ -356,3 +356,48 @@ async def test_deleting_the_resource_deletes_the_consumer(
         )
 
     await eventually(gone)
+
+
+async def test_second_resource_for_the_same_consumer_is_a_conflict(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, _ = await make_stream(resources, nc, namespace)
+    resources.create("consumers", consumer_manifest("one", durableName="TWIN", streamName=stream))
+    await eventually(lambda: ready(resources, "consumers", "one"))
+    resources.create(
+        "consumers",
+        consumer_manifest("two", durableName="TWIN", streamName=stream, maxAckPending=3),
+    )
+
+    async def conflict() -> dict[str, Any] | None:
+        found = condition(resources.get("consumers", "two"))
+        return found if found.get("reason") == "Conflict" else None
+
+    found = await eventually(conflict)
+    assert f"{namespace}/one" in found["message"]
+    info = await JetStreamApi(nc).consumer_info(stream, "TWIN")
+    assert info is not None and info["config"]["max_ack_pending"] != 3
+
+
+async def test_paused_consumer_is_left_alone(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    stream, _ = await make_stream(resources, nc, namespace)
+    resources.create("consumers", consumer_manifest("nap", durableName="NAP", streamName=stream))
+    await eventually(lambda: ready(resources, "consumers", "nap"))
+    resources.annotate("consumers", "nap", {"jetstream-operator.io/paused": "true"})
+
+    async def paused() -> bool:
+        return condition(resources.get("consumers", "nap")).get("reason") == "Paused"
+
+    await eventually(paused)
+    jetstream = JetStreamApi(nc)
+    assert await jetstream.delete_consumer(stream, "NAP")
+    await asyncio.sleep(3)
+    assert await jetstream.consumer_info(stream, "NAP") is None, "a paused consumer was touched"
+    resources.annotate("consumers", "nap", {"jetstream-operator.io/paused": None})
+
+    async def back() -> bool:
+        return await jetstream.consumer_info(stream, "NAP") is not None
+
+    await eventually(back)
