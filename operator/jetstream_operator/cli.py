@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,11 +27,16 @@ def _run(args: argparse.Namespace) -> int:
         log_prefix=settings.log_format != "json",
         log_refkey="object" if settings.log_format == "json" else None,
     )
+    if settings.peering:
+        # kopf takes its peer identity from POD_ID; the drift watcher needs to know it too.
+        os.environ.setdefault("POD_ID", f"{socket.gethostname()}-{os.getpid()}")
     kopf.run(
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         liveness_endpoint=args.liveness,
-        standalone=True,
+        standalone=not settings.peering,
+        peering_name=settings.peering,
+        priority=settings.priority,
     )
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from .handlers.drift import DriftWatcher, WatchSettings, status_patch
 from .handlers.registry import ConnectionKey, ResourceRegistry, consumer_stream, ready_counts
 from .handlers.results import Result, deletion_blocked, paused, unavailable
 from .k8s.client import api_client
+from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
@@ -49,16 +51,32 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     # Only our own events reach Kubernetes; kopf's routine log lines stay in the log.
     settings.posting.level = logging.WARNING
-    settings.peering.standalone = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     operator_settings = OperatorSettings()
+    peering_check: PeeringCheck | None = None
+    if operator_settings.peering:
+        settings.peering.standalone = False
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = True
+        settings.peering.name = operator_settings.peering
+        settings.peering.priority = operator_settings.priority
+        settings.peering.lifetime = operator_settings.peering_lifetime
+    else:
+        settings.peering.standalone = True
     memo.settings = operator_settings
     memo.pool = ConnectionPool(request_timeout=operator_settings.nats_request_timeout)
     memo.streams = ResourceRegistry()
     memo.consumers = ResourceRegistry()
     memo.natsconnections = ResourceRegistry()
     kubernetes = api_client()
+    if operator_settings.peering:
+        peering_check = PeeringCheck(
+            kubernetes,
+            operator_settings.peering,
+            os.environ.get("POD_ID", ""),
+            operator_settings.priority,
+        )
     memo.writer = ResourceWriter(kubernetes)
     memo.secrets = SecretReader(kubernetes)
     memo.directory = ConnectionDirectory(
@@ -77,7 +95,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
     def make_watcher(key: ConnectionKey, target: ConnectionTarget) -> DriftWatcher:
         return DriftWatcher(
-            memo.streams, memo.consumers, memo.pool, target, memo.writer, watch_settings, key
+            memo.streams,
+            memo.consumers,
+            memo.pool,
+            target,
+            memo.writer,
+            watch_settings,
+            key,
+            may_act=peering_check.active if peering_check else None,
         )
 
     memo.watchers = WatcherSet(make_watcher)

@@ -37,6 +37,12 @@ class OperatorSettings(BaseSettings):
     require_connection_ref: bool = False
     """Serve only resources naming a NatsConnection of their namespace, so tenants cannot use
     the default (system) connection."""
+    peering: str | None = None
+    """kopf peering name: replicas with the same name run active/standby (ClusterKopfPeering)."""
+    priority: int = 0
+    """This replica's peering priority; the highest live one is active, the others wait."""
+    peering_lifetime: int = Field(default=60, ge=2)
+    """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     """Serve Prometheus metrics on this port (all interfaces); off when unset."""
     log_format: Literal["text", "json"] = "text"

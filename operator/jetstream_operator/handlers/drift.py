@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,7 @@ class DriftWatcher:
         writer: ResourceWriter,
         settings: WatchSettings,
         connection: ConnectionKey = None,
+        may_act: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self._streams = streams
         self._consumers = consumers
@@ -84,6 +85,7 @@ class DriftWatcher:
         self._writer = writer
         self._settings = settings
         self._connection = connection
+        self._may_act = may_act
         self._pending_streams: set[str] = set()
         self._pending_consumers: set[tuple[str, str]] = set()
         self._wakeup = asyncio.Event()
@@ -96,6 +98,13 @@ class DriftWatcher:
         loop = asyncio.get_running_loop()
         interval = self._settings.resync_interval
         while True:
+            if self._may_act is not None and not await self._may_act():
+                # A standby replica: kopf has paused its handlers, and so do we.
+                self._pending_streams.clear()
+                self._pending_consumers.clear()
+                next_resync = 0.0
+                await asyncio.sleep(1.0)
+                continue
             try:
                 jetstream = await self._pool.jetstream(self._target)
                 connection = await self._pool.connection(self._target)
