@@ -97,3 +97,50 @@ async def test_placement_and_replicas_change_together(
 
 async def _is_ready(resources: Resources, name: str) -> bool:
     return is_ready(resources.get("streams", name))
+
+
+async def test_leader_node_killed_stream_stays_managed_and_recovery_shows(
+    resources: Resources, nats_cluster: Any, namespace: str
+) -> None:
+    stream = namespace.replace("-", "_").upper()
+    connection = await nats.connect(servers=list(nats_cluster.urls))
+    try:
+        jetstream = JetStreamApi(connection)
+        resources.create(
+            "streams",
+            {
+                "kind": "Stream",
+                "metadata": {"name": "sturdy"},
+                "spec": {"name": stream, "replicas": 3, "subjects": [f"{stream.lower()}.>"]},
+            },
+        )
+
+        async def status_with(check: Any) -> dict[str, Any] | None:
+            resource = resources.get("streams", "sturdy")
+            status = (resource or {}).get("status") or {}
+            return status if is_ready(resource) and check(status) else None
+
+        def healthy(status: dict[str, Any]) -> bool:
+            replicas = status.get("replicaStates") or []
+            return len(replicas) == 2 and all(r["current"] for r in replicas)
+
+        status = await eventually(lambda: status_with(healthy), timeout=30)
+        js = connection.jetstream()
+        for index in range(5):
+            await js.publish(f"{stream.lower()}.x", str(index).encode())
+        leader = status["leader"]
+        nats_cluster.node(leader).kill()
+        try:
+
+            def lost(status: dict[str, Any]) -> bool:
+                replicas = status.get("replicaStates") or []
+                return status.get("leader") != leader and any(not r["current"] for r in replicas)
+
+            await eventually(lambda: status_with(lost), timeout=60)
+        finally:
+            nats_cluster.node(leader).start()
+        await eventually(lambda: status_with(healthy), timeout=60)
+        info = await jetstream.stream_info(stream)
+        assert info is not None and info["state"]["messages"] == 5
+    finally:
+        await connection.close()
