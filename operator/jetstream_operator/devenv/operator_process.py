@@ -34,6 +34,10 @@ class OperatorProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.running
+
     def start(self, timeout: float = 60.0) -> None:
         self.health_port = free_port()
         health_url = f"http://127.0.0.1:{self.health_port}/healthz"
