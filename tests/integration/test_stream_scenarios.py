@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator.nats.jsapi import JetStreamApi
@@ -146,21 +147,38 @@ async def test_paused_resource_is_left_alone_until_resumed(
 
 @pytest.mark.usefixtures("operator_process")
 async def test_nothing_is_written_while_nothing_changes(
-    resources: Resources, nc: Client, namespace: str
+    resources: Resources, nc: Client, namespace: str, api_client: Any
 ) -> None:
-    """Several resync periods pass without a single write to the resource."""
+    """Several resync periods pass without a single write: no status patch, no Event."""
     stream = namespace.replace("-", "_").upper()
     resources.create("streams", manifest("idle", stream, maxMsgs=10))
+    resources.create(
+        "consumers",
+        {
+            "kind": "Consumer",
+            "metadata": {"name": "idle-reader"},
+            "spec": {"durableName": "IDLE", "streamRef": "idle"},
+        },
+    )
 
-    async def settled() -> dict[str, Any] | None:
-        resource = resources.get("streams", "idle")
-        return resource if is_ready(resource) else None
+    async def settled() -> bool:
+        return is_ready(resources.get("streams", "idle")) and is_ready(
+            resources.get("consumers", "idle-reader")
+        )
 
     await eventually(settled)
     await asyncio.sleep(3)  # let any follow-up write of the first pass land
-    before = resources.get("streams", "idle")
-    assert before is not None
+    core = client.CoreV1Api(api_client)
+
+    def snapshot() -> tuple[str, str, int]:
+        stream_resource = resources.get("streams", "idle") or {}
+        consumer_resource = resources.get("consumers", "idle-reader") or {}
+        return (
+            stream_resource["metadata"]["resourceVersion"],
+            consumer_resource["metadata"]["resourceVersion"],
+            len(core.list_namespaced_event(namespace).items),
+        )
+
+    before = snapshot()
     await asyncio.sleep(7)  # more than three resync periods of the test operator
-    after = resources.get("streams", "idle")
-    assert after is not None
-    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert snapshot() == before

@@ -40,10 +40,12 @@ async def reconcile(
     stream_name: str | None,
     drift: bool = False,
     known_info: Mapping[str, Any] | None = None,
+    known_stream_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
 ) -> Result:
     """Bring the consumer in line with the spec. `stream_name` is the resolved stream (None
-    while a streamRef points at no Stream resource yet)."""
+    while a streamRef points at no Stream resource yet). `known_info` / `known_stream_info`
+    come from listings and save a request each when the consumer turns out to be in sync."""
     try:
         consumer_spec = ConsumerSpec.model_validate(dict(spec))
     except ValidationError as error:
@@ -53,7 +55,9 @@ async def reconcile(
     outcome = Outcome(True, "Synced", f"consumer {name} matches the spec")
     try:
         stream = stream_name or consumer_spec.stream_name
-        stream_info = await jetstream.stream_info(stream) if stream else None
+        stream_info: Mapping[str, Any] | None = known_stream_info
+        if stream_info is None and stream:
+            stream_info = await jetstream.stream_info(stream)
         limits = ((stream_info or {}).get("config") or {}).get("consumer_limits")
         info: dict[str, Any] | None = None
         if stream and stream_info is not None:
@@ -76,7 +80,9 @@ async def reconcile(
                 return Result(Outcome(False, "ReadOnly", message, stalled=True))
             match action:
                 case StreamMissing():
-                    return Result(Outcome(False, action.reason, action.message()), retry=True)
+                    # No kopf retry: the drift watcher acts as soon as the stream appears
+                    # (advisory, or the next resync), without a retry's extra writes.
+                    return Result(Outcome(False, action.reason, action.message()))
                 case CreateConsumer(stream=target, config=config):
                     info = await jetstream.create_consumer(
                         target, consumer_request(target, config, "create")

@@ -183,7 +183,7 @@ class DriftWatcher:
             }
             for resource in resources:
                 known = consumers.get(str(resource.spec_text("durableName")))
-                await self._repair(CONSUMER, resource, jetstream, known)
+                await self._repair(CONSUMER, resource, jetstream, known, infos[stream])
 
     def belongs(self, resource: TrackedResource) -> bool:
         """Whether the resource uses this watcher's connection."""
@@ -195,6 +195,7 @@ class DriftWatcher:
         resource: TrackedResource,
         jetstream: JetStreamApi,
         known: Mapping[str, Any] | None,
+        known_stream: Mapping[str, Any] | None = None,
     ) -> Result:
         read_only = self._settings.read_only
         if kind is STREAM:
@@ -213,6 +214,7 @@ class DriftWatcher:
             stream_name=consumer_stream(resource, self._streams),
             drift=True,
             known_info=known,
+            known_stream_info=known_stream,
             read_only=read_only,
         )
 
@@ -222,6 +224,7 @@ class DriftWatcher:
         resource: TrackedResource,
         jetstream: JetStreamApi,
         known: Mapping[str, Any] | None,
+        known_stream: Mapping[str, Any] | None = None,
     ) -> None:
         if not needs_care(resource) or not self.belongs(resource):
             return
@@ -231,7 +234,7 @@ class DriftWatcher:
             if annotation and resource.annotation(annotation).lower() == "true":
                 result = paused(annotation)
             else:
-                result = await self._reconcile(kind, resource, jetstream, known)
+                result = await self._reconcile(kind, resource, jetstream, known, known_stream)
             metrics.observe(
                 kind.kind,
                 result.outcome.reason,
