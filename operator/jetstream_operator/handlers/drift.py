@@ -88,6 +88,7 @@ class DriftWatcher:
         self._may_act = may_act
         self._pending_streams: set[str] = set()
         self._pending_consumers: set[tuple[str, str]] = set()
+        self._second_looks: dict[tuple[str, str], int] = {}
         self._wakeup = asyncio.Event()
 
     async def run(self) -> None:
@@ -139,6 +140,20 @@ class DriftWatcher:
         self._pending_consumers.add((stream, consumer))
         self._wakeup.set()
 
+    def _look_again(self, stream: str, consumer: str, delay: float = 1.0) -> None:
+        key = (stream, consumer)
+        attempts = self._second_looks.get(key, 0)
+        if attempts >= 10:
+            self._second_looks.pop(key, None)
+            return
+        self._second_looks[key] = attempts + 1
+
+        def again() -> None:
+            self._pending_consumers.add(key)
+            self._wakeup.set()
+
+        asyncio.get_running_loop().call_later(delay, again)
+
     async def _repair_pending(self, jetstream: JetStreamApi) -> None:
         streams, self._pending_streams = self._pending_streams, set()
         consumers, self._pending_consumers = self._pending_consumers, set()
@@ -149,8 +164,15 @@ class DriftWatcher:
             consumers |= {(name, durable) for durable in self._durables_on(name)}
         for stream, durable in consumers:
             for resource in self._consumers.with_spec("durableName", durable):
-                if consumer_stream(resource, self._streams) == stream:
-                    await self._repair(CONSUMER, resource, jetstream, None)
+                if consumer_stream(resource, self._streams) != stream:
+                    continue
+                if not resource.first_handled and not resource.deleting:
+                    # kopf is still writing its first status (e.g. StreamNotFound): look
+                    # again shortly rather than wait for the next resync.
+                    self._look_again(stream, durable)
+                else:
+                    self._second_looks.pop((stream, durable), None)
+                await self._repair(CONSUMER, resource, jetstream, None)
 
     def _durables_on(self, stream: str) -> set[str]:
         return {
