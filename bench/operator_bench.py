@@ -204,8 +204,13 @@ def convergence(bench: Bench, size: int) -> dict[str, Any]:
     created = time.perf_counter() - started
     bench.wait_ready(namespace, size)
     wall = time.perf_counter() - started
-    return {"size": size, "namespace": namespace, "wall": wall, "created": created,
-            "rss": bench.operator_rss_mib()}
+    return {
+        "size": size,
+        "namespace": namespace,
+        "wall": wall,
+        "created": created,
+        "rss": bench.operator_rss_mib(),
+    }
 
 
 def add_floor(bench: Bench, row: dict[str, Any]) -> None:
