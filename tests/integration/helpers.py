@@ -88,3 +88,25 @@ def is_ready(resource: dict[str, Any] | None) -> bool:
     ready = condition(resource)
     generation = (resource or {}).get("metadata", {}).get("generation")
     return ready.get("status") == "True" and ready.get("observedGeneration") == generation
+
+
+def fill(value: Any, names: dict[str, str]) -> Any:
+    """Replace {placeholders} in every string of a nested structure."""
+    if isinstance(value, str):
+        for key, name in names.items():
+            value = value.replace("{" + key + "}", name)
+        return value
+    if isinstance(value, dict):
+        return {key: fill(item, names) for key, item in value.items()}
+    if isinstance(value, list):
+        return [fill(item, names) for item in value]
+    return value
+
+
+def is_subset(expected: Any, actual: Any) -> bool:
+    """Whether every key of `expected`, at every depth, has the same value in `actual`."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            is_subset(value, actual.get(key)) for key, value in expected.items()
+        )
+    return bool(expected == actual)

@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, eventually, fill, is_ready, is_subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -121,24 +121,6 @@ CONSUMER_FIELDS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-def _fill(value: Any, subject: str) -> Any:
-    if isinstance(value, str):
-        return value.replace("{s}", subject)
-    if isinstance(value, dict):
-        return {key: _fill(item, subject) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_fill(item, subject) for item in value]
-    return value
-
-
-def _subset(expected: Any, actual: Any) -> bool:
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            _subset(value, actual.get(key)) for key, value in expected.items()
-        )
-    return bool(expected == actual)
-
-
 @pytest.mark.parametrize(
     ("case", "fragment", "expected"), CONSUMER_FIELDS, ids=[c[0] for c in CONSUMER_FIELDS]
 )
@@ -154,15 +136,15 @@ async def test_consumer_field_round_trips(
     resources.create(
         "consumers",
         consumer_manifest(
-            "reader", durableName="READER", streamName=stream, **_fill(fragment, subject)
+            "reader", durableName="READER", streamName=stream, **fill(fragment, {"s": subject})
         ),
     )
     jetstream = JetStreamApi(nc)
-    want = _fill(expected, subject)
+    want = fill(expected, {"s": subject})
 
     async def matches() -> bool:
         info = await jetstream.consumer_info(stream, "READER")
-        return info is not None and _subset(want, info["config"])
+        return info is not None and is_subset(want, info["config"])
 
     await eventually(matches, timeout=20)
     await eventually(lambda: ready(resources, "consumers", "reader"), timeout=20)

@@ -10,7 +10,7 @@ from nats.aio.client import Client
 
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, eventually, is_ready
+from .helpers import Resources, eventually, fill, is_ready, is_subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -113,26 +113,6 @@ FIELD_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-def _fill(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        for key, name in names.items():
-            value = value.replace("{" + key + "}", name)
-        return value
-    if isinstance(value, dict):
-        return {key: _fill(item, names) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_fill(item, names) for item in value]
-    return value
-
-
-def _subset(expected: Any, actual: Any) -> bool:
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            _subset(value, actual.get(key)) for key, value in expected.items()
-        )
-    return bool(expected == actual)
-
-
 @pytest.mark.parametrize(
     ("field", "fragment", "expected"), FIELD_CASES, ids=[c[0] for c in FIELD_CASES]
 )
@@ -157,13 +137,13 @@ async def test_field_round_trips_to_the_server(
             },
         )
         await eventually(lambda: jetstream.stream_info(names["origin"]))
-    spec = {"name": base, "subjects": [f"{names['s']}.*"], **_fill(fragment, names)}
+    spec = {"name": base, "subjects": [f"{names['s']}.*"], **fill(fragment, names)}
     resources.create("streams", {"kind": "Stream", "metadata": {"name": "subject"}, "spec": spec})
-    want = _fill(expected, names)
+    want = fill(expected, names)
 
     async def matches() -> bool:
         info = await jetstream.stream_info(base)
-        return info is not None and _subset(want, info["config"])
+        return info is not None and is_subset(want, info["config"])
 
     await eventually(matches, timeout=20)
 
