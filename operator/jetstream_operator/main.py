@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
 
 from . import GROUP, VERSION, metrics
-from .api.kinds import CONSUMER, NATS_CONNECTION, STREAM
+from .api.kinds import CONSUMER, NATS_CONNECTION, STREAM, ResourceKind
 from .handlers import connection as connection_handlers
 from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
@@ -178,10 +179,15 @@ def remember_stream(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     memo.streams.observe(event.get("type"), event.get("object") or {})
 
 
-@kopf.on.resume(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
-@kopf.on.create(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
-@kopf.on.update(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
-async def reconcile_stream(
+Work = Callable[[JetStreamApi, Owner, OperatorSettings], Awaitable[Result]]
+
+
+async def _handle(
+    kind: ResourceKind,
+    registry: ResourceRegistry,
+    work: Work,
+    *,
+    deleting: bool,
     body: kopf.Body,
     spec: kopf.Spec,
     meta: kopf.Meta,
@@ -191,31 +197,25 @@ async def reconcile_stream(
     name: str | None,
     retry: int,
     memo: kopf.Memo,
-    **_: Any,
 ) -> None:
+    """What every Stream and Consumer handler does around its own work: honour the pause
+    annotation, hold the resource's lock, find its connection, and report."""
     started = time.perf_counter()
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
-    if meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
+    if not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
         result = paused(PAUSE_ANNOTATION)
     else:
-        async with memo.streams.lock(owner.uid):
+        async with registry.lock(owner.uid):
             try:
                 jetstream = await _jetstream(memo, owner.namespace, spec)
-                result = await stream_handlers.reconcile(
-                    spec, owner, jetstream, read_only=settings.read_only
-                )
-                if result.outcome.ready and not settings.read_only:
-                    result = result.then(
-                        await stream_handlers.purge_if_asked(
-                            spec, meta.annotations, status, jetstream
-                        )
-                    )
+                result = await work(jetstream, owner, settings)
             except JetStreamUnavailable as error:
-                result = unavailable(error)
+                what = f"{kind.singular} {spec.get('name') or spec.get('durableName')}"
+                result = deletion_blocked(what, error) if deleting else unavailable(error)
     _report(
         result,
-        kind=STREAM.kind,
+        kind=kind.kind,
         started=started,
         body=body,
         patch=patch,
@@ -226,40 +226,51 @@ async def reconcile_stream(
     )
 
 
+@kopf.on.resume(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
+@kopf.on.create(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
+@kopf.on.update(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
+async def reconcile_stream(
+    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+        result = await stream_handlers.reconcile(
+            spec, owner, jetstream, read_only=settings.read_only
+        )
+        if result.outcome.ready and not settings.read_only:
+            purge = await stream_handlers.purge_if_asked(spec, meta.annotations, status, jetstream)
+            result = result.then(purge)
+        return result
+
+    await _handle(
+        STREAM,
+        memo.streams,
+        work,
+        deleting=False,
+        spec=spec,
+        meta=meta,
+        status=status,
+        memo=memo,
+        **_kopf_kwargs(kwargs),
+    )
+
+
 @kopf.on.delete(GROUP, VERSION, STREAM.plural, id=HANDLER_FINALIZE)
 async def finalize_stream(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    namespace: str | None,
-    name: str | None,
-    retry: int,
-    memo: kopf.Memo,
-    **_: Any,
+    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    started = time.perf_counter()
-    settings: OperatorSettings = memo.settings
-    owner = _owner(meta, namespace, name)
-    async with memo.streams.lock(owner.uid):
-        try:
-            jetstream = await _jetstream(memo, owner.namespace, spec)
-            result = await stream_handlers.finalize(
-                spec, owner, jetstream, read_only=settings.read_only
-            )
-        except JetStreamUnavailable as error:
-            result = deletion_blocked(f"stream {spec.get('name')}", error)
-    _report(
-        result,
-        kind=STREAM.kind,
-        started=started,
-        body=body,
-        patch=patch,
+    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+        return await stream_handlers.finalize(spec, owner, jetstream, read_only=settings.read_only)
+
+    await _handle(
+        STREAM,
+        memo.streams,
+        work,
+        deleting=True,
+        spec=spec,
+        meta=meta,
         status=status,
-        generation=meta.get("generation"),
-        retry=retry,
-        settings=settings,
+        memo=memo,
+        **_kopf_kwargs(kwargs),
     )
 
 
@@ -280,87 +291,60 @@ def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | No
 @kopf.on.create(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
 @kopf.on.update(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
 async def reconcile_consumer(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    namespace: str | None,
-    name: str | None,
-    retry: int,
-    memo: kopf.Memo,
-    **_: Any,
+    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    started = time.perf_counter()
-    settings: OperatorSettings = memo.settings
-    owner = _owner(meta, namespace, name)
-    if meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
-        result = paused(PAUSE_ANNOTATION)
-    else:
-        async with memo.consumers.lock(owner.uid):
-            try:
-                jetstream = await _jetstream(memo, owner.namespace, spec)
-                result = await consumer_handlers.reconcile(
-                    spec,
-                    owner,
-                    jetstream,
-                    stream_name=_resolved_stream(memo, owner, spec),
-                    read_only=settings.read_only,
-                )
-            except JetStreamUnavailable as error:
-                result = unavailable(error)
-    _report(
-        result,
-        kind=CONSUMER.kind,
-        started=started,
-        body=body,
-        patch=patch,
+    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+        return await consumer_handlers.reconcile(
+            spec,
+            owner,
+            jetstream,
+            stream_name=_resolved_stream(memo, owner, spec),
+            read_only=settings.read_only,
+        )
+
+    await _handle(
+        CONSUMER,
+        memo.consumers,
+        work,
+        deleting=False,
+        spec=spec,
+        meta=meta,
         status=status,
-        generation=meta.get("generation"),
-        retry=retry,
-        settings=settings,
+        memo=memo,
+        **_kopf_kwargs(kwargs),
     )
 
 
 @kopf.on.delete(GROUP, VERSION, CONSUMER.plural, id=HANDLER_FINALIZE)
 async def finalize_consumer(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    namespace: str | None,
-    name: str | None,
-    retry: int,
-    memo: kopf.Memo,
-    **_: Any,
+    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    started = time.perf_counter()
-    settings: OperatorSettings = memo.settings
-    owner = _owner(meta, namespace, name)
-    async with memo.consumers.lock(owner.uid):
-        try:
-            jetstream = await _jetstream(memo, owner.namespace, spec)
-            result = await consumer_handlers.finalize(
-                spec,
-                owner,
-                jetstream,
-                stream_name=_resolved_stream(memo, owner, spec),
-                read_only=settings.read_only,
-            )
-        except JetStreamUnavailable as error:
-            result = deletion_blocked(f"consumer {spec.get('durableName')}", error)
-    _report(
-        result,
-        kind=CONSUMER.kind,
-        started=started,
-        body=body,
-        patch=patch,
+    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+        return await consumer_handlers.finalize(
+            spec,
+            owner,
+            jetstream,
+            stream_name=_resolved_stream(memo, owner, spec),
+            read_only=settings.read_only,
+        )
+
+    await _handle(
+        CONSUMER,
+        memo.consumers,
+        work,
+        deleting=True,
+        spec=spec,
+        meta=meta,
         status=status,
-        generation=meta.get("generation"),
-        retry=retry,
-        settings=settings,
+        memo=memo,
+        **_kopf_kwargs(kwargs),
     )
+
+
+def _kopf_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The kopf keyword arguments `_handle` uses, out of all those kopf passes."""
+    keys = ("body", "patch", "namespace", "name", "retry")
+    return {key: kwargs[key] for key in keys}
 
 
 @kopf.on.event(GROUP, VERSION, NATS_CONNECTION.plural)
