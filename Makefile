@@ -9,13 +9,15 @@ CLI := $(VENV)/bin/jetstream-operator
 STAMP := $(VENV)/.installed-stamp
 DEV_DIR ?= .dev
 
-.PHONY: help venv tools run down status test unit integration lint crds
+.PHONY: help venv tools run down status test unit integration lint crds chaos bench
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
 	@echo "make test   lint, unit and integration tests against real kube-apiserver and nats-server"
 	@echo "make down   stop the local environment started by make run"
 	@echo "make crds   regenerate crds/ from the models"
+	@echo "make chaos  the fault suite at full size"
+	@echo "make bench  the benchmarks behind docs/benchmarks.md"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,10 +57,23 @@ unit: venv
 integration: tools
 	$(VENV)/bin/pytest tests/integration
 
+# The fault suite at full size (make test runs it small).
+chaos: tools
+	JETSTREAM_OPERATOR_FAULT_SCALE=5 $(VENV)/bin/pytest tests/integration/test_faults.py
+
+# Benchmarks (minutes, not part of make test); figures go into docs/benchmarks.md.
+bench: tools
+	$(PY) bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000
+	$(PY) bench/spark_bench.py
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The chart renders a byte-identical copy of crds/ (tests/delivery fails when they differ).
 crds: venv
 	$(CLI) crds --write crds
+	mkdir -p charts/jetstream-operator/files/crds
+	rm -f charts/jetstream-operator/files/crds/*.yaml
+	cp crds/*.yaml charts/jetstream-operator/files/crds/

@@ -1,0 +1,121 @@
+{{/* Names are DNS labels: at most 63 characters, no trailing dash. */}}
+
+{{- define "jetstream-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "jetstream-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "<fullname>-<suffix>", still at most 63 characters: the full name gives way. */}}
+{{- define "jetstream-operator.suffixed" -}}
+{{- $suffix := index . 1 }}
+{{- $base := include "jetstream-operator.fullname" (index . 0) | trunc (int (sub 62 (len $suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $base $suffix }}
+{{- end }}
+
+{{- define "jetstream-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "jetstream-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "jetstream-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "jetstream-operator.labels" -}}
+helm.sh/chart: {{ include "jetstream-operator.chart" . }}
+{{ include "jetstream-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: jetstream-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "jetstream-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "jetstream-operator.fullname" .) .Values.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "jetstream-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Active/standby through kopf peering: only with more than one replica. */}}
+{{- define "jetstream-operator.peeringEnabled" -}}
+{{- if gt (int .Values.replicaCount) 1 }}true{{ end }}
+{{- end }}
+
+{{- define "jetstream-operator.peeringName" -}}
+{{- default (include "jetstream-operator.fullname" .) .Values.peering.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Whether watchNamespaces uses kopf's globs or negations (then kopf lists namespaces). */}}
+{{- define "jetstream-operator.namespaceGlobs" -}}
+{{- range .Values.watchNamespaces }}
+{{- if regexMatch "[*?!\\[]" . }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* Checks that values.schema.json cannot express; they fail with a message that says why. */}}
+{{- define "jetstream-operator.validate" -}}
+{{- if eq .Values.rbac.scope "namespaced" }}
+{{- if not .Values.watchNamespaces }}
+{{- fail "rbac.scope=namespaced needs watchNamespaces: the namespaces to make Roles in" }}
+{{- end }}
+{{- if include "jetstream-operator.namespaceGlobs" . }}
+{{- fail (printf "rbac.scope=namespaced cannot make Roles for globs or negations in watchNamespaces %v: list plain namespace names, or use rbac.scope=cluster" .Values.watchNamespaces) }}
+{{- end }}
+{{- end }}
+{{- if ne (empty .Values.nats.tlsSecret.certKey) (empty .Values.nats.tlsSecret.keyKey) }}
+{{- fail "nats.tlsSecret.certKey and nats.tlsSecret.keyKey go together: set both or neither" }}
+{{- end }}
+{{- end }}
+
+{{/* The API rules of the operator, shared by the ClusterRole and the per-namespace Roles. */}}
+{{- define "jetstream-operator.resourceRules" -}}
+{{- $plurals := dict }}
+{{- range $path, $_ := .Files.Glob "files/crds/*.yaml" }}
+{{- $crd := $.Files.Get $path | fromYaml }}
+{{- $group := $crd.spec.group }}
+{{- $_ := set $plurals $group (append (get $plurals $group | default list) $crd.spec.names.plural) }}
+{{- end }}
+{{- range $group, $resources := $plurals }}
+- apiGroups: [{{ $group | quote }}]
+  resources: {{ toJson $resources }}
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: [{{ $group | quote }}]
+  resources:
+  {{- range $resources }}
+  - {{ printf "%s/status" . }}
+  {{- end }}
+  verbs: ["get", "patch", "update"]
+{{- end }}
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if .Values.rbac.secrets }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
+{{- end }}

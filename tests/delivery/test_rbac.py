@@ -1,0 +1,290 @@
+"""The chart's RBAC is enough for the operator and no more: the operator runs with the chart's
+ServiceAccount token (cluster-wide and namespaced), and what the chart does not grant is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from nats.aio.client import Client
+
+from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.integration.helpers import Resources, eventually, is_ready
+
+from .conftest import Release, ensure_namespace, upgrade_release
+from .helpers import (
+    CHART,
+    GROUP,
+    ApiServer,
+    Helm,
+    as_dict,
+    can_i,
+    first_run_log,
+    new_client,
+    operator_as,
+    service_account_kubeconfig,
+    wait_until_allowed,
+)
+from .lua import argocd_health
+
+pytestmark = pytest.mark.integration
+
+NAMESPACED_RELEASE = "jso-ns"
+NAMESPACED_RELEASE_NAMESPACE = "jso-ns-system"
+WATCHED = "jso-ns-watched"
+UNWATCHED = "jso-ns-unwatched"
+PERMISSION_ERROR = re.compile(r"\b403\b|[Ff]orbidden")
+
+
+# Not passed on to the local operator: the test's NATS is reached directly, and the metrics
+# port would bind all interfaces of this machine.
+LOCAL_ONLY = {"JETSTREAM_OPERATOR_NATS_URL", "JETSTREAM_OPERATOR_METRICS_PORT"}
+
+
+def _chart_nats_url(api: client.ApiClient, release: Release) -> str:
+    apps = client.AppsV1Api(api)
+    deployment = apps.read_namespaced_deployment(release.fullname, release.namespace)
+    container = as_dict(api, deployment)["spec"]["template"]["spec"]["containers"][0]
+    return str(
+        next(e["value"] for e in container["env"] if e["name"] == "JETSTREAM_OPERATOR_NATS_URL")
+    )
+
+
+def _chart_env(api: client.ApiClient, release: str, namespace: str) -> dict[str, str]:
+    """The operator settings the installed Deployment gives the container (but LOCAL_ONLY and
+    values from the downward API)."""
+    deployment = as_dict(api, client.AppsV1Api(api).read_namespaced_deployment(release, namespace))
+    return {
+        item["name"]: item["value"]
+        for item in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        if "value" in item and item["name"] not in LOCAL_ONLY
+    }
+
+
+async def _stream_lifecycle(resources: Resources, nc: Client, name: str) -> dict[str, Any]:
+    """Create a Stream, see it Ready and in NATS, delete it and see it gone: the operator's
+    whole cycle (watch, patch, status, events, finalizer). Returns the Ready object."""
+    resource = name.lower().replace("_", "-")
+    resources.create(
+        "streams",
+        {
+            "kind": "Stream",
+            "metadata": {"name": resource},
+            "spec": {"name": name, "subjects": [f"{resource}.>"], "storage": "memory"},
+        },
+    )
+
+    async def ready() -> dict[str, Any] | None:
+        found = resources.get("streams", resource)
+        return found if is_ready(found) else None
+
+    live = await eventually(ready, timeout=30)
+    assert live is not None
+    jetstream = JetStreamApi(nc)
+    assert await jetstream.stream_info(name) is not None
+    resources.delete("streams", resource)
+
+    async def deleted() -> bool:
+        return resources.get("streams", resource) is None and (
+            await jetstream.stream_info(name) is None
+        )
+
+    await eventually(deleted, timeout=30)
+    return live
+
+
+@pytest.mark.parametrize("replicas", [1, 2], ids=["standalone", "active-standby"])
+async def test_operator_works_with_the_cluster_wide_service_account(
+    replicas: int,
+    cluster_release: Release,
+    helm: Helm,
+    kubeconfig: Path,
+    operator_process: OperatorProcess,
+    api_client: client.ApiClient,
+    control_plane: ApiServer,
+    resources: Resources,
+    nc: Client,
+    tmp_path: Path,
+) -> None:
+    """With 2 replicas the chart adds kopf peering (and its RBAC); one peer must act alone."""
+    nats_url = _chart_nats_url(api_client, cluster_release)
+    if replicas > 1:
+        upgrade_release(helm, cluster_release, kubeconfig, "replicaCount=2", f"nats.url={nats_url}")
+    try:
+        sa_kubeconfig = service_account_kubeconfig(
+            api_client,
+            control_plane,
+            cluster_release.namespace,
+            cluster_release.service_account,
+            tmp_path / "kubeconfig",
+        )
+        checks = [("patch", "streams", GROUP, "any"), ("watch", "customresourcedefinitions",
+                  "apiextensions.k8s.io", None)]  # fmt: skip
+        if replicas > 1:
+            checks.append(("patch", "clusterkopfpeerings", "kopf.dev", None))
+        wait_until_allowed(new_client(sa_kubeconfig), checks)
+        env = _chart_env(api_client, cluster_release.fullname, cluster_release.namespace)
+        if replicas > 1:
+            env["JETSTREAM_OPERATOR_PRIORITY"] = "1"  # what the pod's command derives
+        offset = operator_process.log_file.stat().st_size
+        with operator_as(operator_process, sa_kubeconfig, **env):
+            live = await _stream_lifecycle(resources, nc, f"RBAC_CLUSTER_{replicas}")
+    finally:
+        if replicas > 1:
+            upgrade_release(helm, cluster_release, kubeconfig, f"nats.url={nats_url}")
+    # The Argo CD health check agrees on the live object.
+    assert argocd_health(live)["status"] == "Healthy"
+    log = first_run_log(operator_process.log_file, offset)
+    assert not [line for line in log.splitlines() if PERMISSION_ERROR.search(line)]
+    if replicas > 1:
+        assert f"Keep-alive in '{cluster_release.fullname}' cluster-wide" in log
+
+
+@pytest.fixture
+def namespaced_release(
+    cluster_release: Release, helm: Helm, kubectl: Path, kubeconfig: Path
+) -> Iterator[Release]:
+    """A second install in namespaced mode, watching one namespace; CRDs stay the first's."""
+    for name in (WATCHED, UNWATCHED):
+        ensure_namespace(kubectl, kubeconfig, name)
+    installed = helm(
+        "install",
+        NAMESPACED_RELEASE,
+        CHART,
+        "--namespace",
+        NAMESPACED_RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "rbac.scope=namespaced",
+        "--set",
+        f"watchNamespaces={{{WATCHED}}}",
+        "--set",
+        "crds.enabled=false",
+        kubeconfig=kubeconfig,
+    )
+    assert installed.returncode == 0, installed.stderr
+    fullname = f"{NAMESPACED_RELEASE}-jetstream-operator"
+    try:
+        yield Release(NAMESPACED_RELEASE, NAMESPACED_RELEASE_NAMESPACE, fullname, fullname)
+    finally:
+        helm(
+            "uninstall",
+            NAMESPACED_RELEASE,
+            "--namespace",
+            NAMESPACED_RELEASE_NAMESPACE,
+            kubeconfig=kubeconfig,
+        )
+
+
+async def test_operator_works_with_the_namespaced_service_account(
+    namespaced_release: Release,
+    operator_process: OperatorProcess,
+    api_client: client.ApiClient,
+    control_plane: ApiServer,
+    nc: Client,
+    tmp_path: Path,
+) -> None:
+    kubeconfig = service_account_kubeconfig(
+        api_client,
+        control_plane,
+        namespaced_release.namespace,
+        namespaced_release.service_account,
+        tmp_path / "kubeconfig",
+    )
+    wait_until_allowed(
+        new_client(kubeconfig),
+        [("patch", "streams", GROUP, WATCHED), ("list", "namespaces", "", None)],
+    )
+    env = _chart_env(api_client, namespaced_release.fullname, namespaced_release.namespace)
+    assert env["JETSTREAM_OPERATOR_NAMESPACES"] == WATCHED
+    offset = operator_process.log_file.stat().st_size
+    watched = Resources(api_client, WATCHED)
+    with operator_as(operator_process, kubeconfig, **env):
+        await _stream_lifecycle(watched, nc, "RBAC_NAMESPACED")
+    log = first_run_log(operator_process.log_file, offset)
+    assert not [line for line in log.splitlines() if PERMISSION_ERROR.search(line)]
+    assert f"watch-stream for streams.v1alpha1.{GROUP} in '{WATCHED}'" in log
+    assert f".v1alpha1.{GROUP} cluster-wide" not in log
+
+    # The namespaced service account reaches nothing outside its namespace.
+    as_operator = new_client(kubeconfig)
+    assert can_i(as_operator, "patch", "streams", group=GROUP, namespace=WATCHED)
+    assert can_i(as_operator, "get", "secrets", namespace=WATCHED)
+    assert can_i(as_operator, "watch", "customresourcedefinitions", group="apiextensions.k8s.io")
+    for namespace in (UNWATCHED, namespaced_release.namespace):
+        assert not can_i(as_operator, "list", "streams", group=GROUP, namespace=namespace)
+        assert not can_i(as_operator, "get", "secrets", namespace=namespace)
+        assert not can_i(as_operator, "create", "events", namespace=namespace)
+    assert not can_i(as_operator, "list", "streams", group=GROUP)  # cluster-wide
+
+
+def _rule_set(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule["verbs"]
+    }
+
+
+def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
+    cluster_release: Release,
+    api_client: client.ApiClient,
+    control_plane: ApiServer,
+    tmp_path: Path,
+) -> None:
+    kinds = ("streams", "consumers", "natsconnections")
+    expected = (
+        {
+            (GROUP, kind, verb)
+            for kind in kinds
+            for verb in ("get", "list", "watch", "patch", "update")
+        }
+        | {(GROUP, f"{kind}/status", verb) for kind in kinds for verb in ("get", "patch", "update")}
+        | {("", "events", "create"), ("", "events", "patch"), ("", "secrets", "get")}
+        | {
+            ("apiextensions.k8s.io", "customresourcedefinitions", verb)
+            for verb in ("list", "watch")
+        }
+    )
+    role = client.RbacAuthorizationV1Api(api_client).read_cluster_role(cluster_release.fullname)
+    assert _rule_set(as_dict(api_client, role)) == expected
+
+    kubeconfig = service_account_kubeconfig(
+        api_client,
+        control_plane,
+        cluster_release.namespace,
+        cluster_release.service_account,
+        tmp_path / "kubeconfig",
+    )
+    as_operator = new_client(kubeconfig)
+    wait_until_allowed(as_operator, [("patch", "streams", GROUP, "anywhere")])
+    assert can_i(
+        as_operator, "update", "consumers", group=GROUP, subresource="status", namespace="anywhere"
+    )
+    refused = [
+        ("delete", "secrets", ""),
+        ("list", "secrets", ""),
+        ("create", "deployments", "apps"),
+        ("create", "pods", ""),
+        ("get", "configmaps", ""),
+        ("create", "streams", GROUP),
+        ("delete", "streams", GROUP),
+        ("delete", "customresourcedefinitions", "apiextensions.k8s.io"),
+        ("patch", "customresourcedefinitions", "apiextensions.k8s.io"),
+        ("list", "namespaces", ""),
+        ("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
+        ("patch", "clusterkopfpeerings", "kopf.dev"),
+    ]
+    for verb, resource, group in refused:
+        assert not can_i(as_operator, verb, resource, group=group, namespace="anywhere"), (
+            verb,
+            resource,
+        )
