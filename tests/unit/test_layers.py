@@ -1,0 +1,41 @@
+"""Layering rules the design depends on, checked from the imports themselves."""
+
+import ast
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[2] / "operator"
+
+
+def imported_modules(package: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in (SOURCE / package).rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                names.add("." * node.level + (node.module or ""))
+        found[str(path.relative_to(SOURCE))] = names
+    return found
+
+
+def test_spark_source_never_imports_kopf_or_the_operator() -> None:
+    for path, names in imported_modules("jetstream_spark").items():
+        bad = {n for n in names if n.split(".")[0] in ("kopf", "jetstream_operator")}
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_pure_layers_do_no_io() -> None:
+    """api/ and reconcile/ decide; they never talk to NATS, Kubernetes or kopf."""
+    for path, names in imported_modules("jetstream_operator").items():
+        if not path.startswith(("jetstream_operator/api", "jetstream_operator/reconcile")):
+            continue
+        bad = {n for n in names if n.split(".")[0] in ("kopf", "kubernetes", "nats")}
+        bad |= {
+            n
+            for n in names
+            if n.lstrip(".").split(".")[0] in ("nats", "k8s", "handlers") and n.startswith("..")
+        }
+        assert not bad, f"{path} imports {bad}"
