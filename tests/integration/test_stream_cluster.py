@@ -115,10 +115,10 @@ async def test_leader_node_killed_stream_stays_managed_and_recovery_shows(
             },
         )
 
-        async def status_with(check: Any) -> dict[str, Any] | None:
+        async def status_with(check: Any, ready: bool = True) -> dict[str, Any] | None:
             resource = resources.get("streams", "sturdy")
             status = (resource or {}).get("status") or {}
-            return status if is_ready(resource) and check(status) else None
+            return status if (is_ready(resource) or not ready) and check(status) else None
 
         def healthy(status: dict[str, Any]) -> bool:
             replicas = status.get("replicaStates") or []
