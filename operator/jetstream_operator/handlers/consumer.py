@@ -27,7 +27,16 @@ from ..reconcile.consumer_plan import (
     release_request,
 )
 from ..reconcile.ownership import Owner
-from .results import Event, Result, deletion_blocked, unavailable, validation_message
+from .results import (
+    Event,
+    Result,
+    deletion_blocked,
+    needs_a_person,
+    server_rejected,
+    unavailable,
+    updates_prevented,
+    validation_message,
+)
 
 _MAX_STEPS = 4  # an update, a pause change, and a recreate's delete + create
 
@@ -109,37 +118,19 @@ async def reconcile(
                     info = None
                     continue
                 case ImmutableChangeRefused():
-                    message = action.message()
-                    return Result(
-                        Outcome(False, action.reason, message, stalled=True),
-                        events=[Event("Warning", action.reason, message)],
-                    )
+                    return needs_a_person(action.reason, action.message())
                 case OwnedElsewhere():
-                    message = action.message()
-                    return Result(
-                        Outcome(False, action.reason, message, stalled=True),
-                        events=[Event("Warning", action.reason, message)],
-                    )
+                    return needs_a_person(action.reason, action.message())
                 case UpdatesPrevented(differences=differences):
                     fields = ", ".join(d.field for d in differences)
-                    outcome = Outcome(
-                        True,
-                        "UpdatesPrevented",
-                        f"consumer {name} differs from the spec ({fields}) but "
-                        "spec.preventUpdate is set; remove it to apply the spec",
-                    )
+                    outcome = updates_prevented(f"consumer {name}", fields)
                 case InSync():
                     pass
             break
     except JetStreamUnavailable as error:
         return unavailable(error)
     except JetStreamError as error:
-        message = f"NATS refused the consumer config: {error.description} (error {error.err_code})"
-        return Result(
-            Outcome(False, "ServerRejected", message, stalled=True),
-            events=[*events, Event("Warning", "ServerRejected", message)],
-            retry=True,
-        )
+        return server_rejected("consumer", error, events)
     return Result(outcome, status=consumer_live_state(info or {}), events=events)
 
 

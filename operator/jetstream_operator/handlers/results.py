@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..nats.jsapi import JetStreamUnavailable
+from ..nats.jsapi import JetStreamError, JetStreamUnavailable
 from ..reconcile.conditions import Outcome
 
 
@@ -80,3 +80,30 @@ def paused(annotation: str) -> Result:
             stalled=True,
         )
     )
+
+
+def needs_a_person(
+    reason: str, message: str, *, retry: bool = False, events: list[Event] | None = None
+) -> Result:
+    """A failure only a spec change (or the world) can fix: Stalled, with a Warning event."""
+    return Result(
+        Outcome(False, reason, message, stalled=True),
+        events=[*(events or []), Event("Warning", reason, message)],
+        retry=retry,
+    )
+
+
+def updates_prevented(what: str, fields: str) -> Outcome:
+    """NACK's preventUpdate: the object exists but differs, and the spec says leave it."""
+    return Outcome(
+        True,
+        "UpdatesPrevented",
+        f"{what} differs from the spec ({fields}) but spec.preventUpdate is set; "
+        "remove it to apply the spec",
+    )
+
+
+def server_rejected(what: str, error: JetStreamError, events: list[Event]) -> Result:
+    """The server refused the config; retried with backoff in case the world changes."""
+    message = f"NATS refused the {what} config: {error.description} (error {error.err_code})"
+    return needs_a_person("ServerRejected", message, retry=True, events=events)

@@ -23,7 +23,16 @@ from ..reconcile.stream_plan import (
     plan_stream,
     release_request,
 )
-from .results import Event, Result, deletion_blocked, unavailable, validation_message
+from .results import (
+    Event,
+    Result,
+    deletion_blocked,
+    needs_a_person,
+    server_rejected,
+    unavailable,
+    updates_prevented,
+    validation_message,
+)
 
 _MAX_STEPS = 3  # a create or update, plus a placement change the server wants on its own
 
@@ -70,31 +79,17 @@ async def reconcile(
                     events.append(Event("Normal", reason, f"{name}: {action.summary()}"))
                     continue
                 case OwnedElsewhere():
-                    message = action.message()
-                    return Result(
-                        Outcome(False, "Conflict", message, stalled=True),
-                        events=[Event("Warning", "Conflict", message)],
-                    )
+                    return needs_a_person("Conflict", action.message())
                 case UpdatesPrevented(differences=differences):
                     fields = ", ".join(d.field for d in differences)
-                    outcome = Outcome(
-                        True,
-                        "UpdatesPrevented",
-                        f"stream {name} differs from the spec ({fields}) but spec.preventUpdate "
-                        "is set; remove it to apply the spec",
-                    )
+                    outcome = updates_prevented(f"stream {name}", fields)
                 case InSync():
                     pass
             break
     except JetStreamUnavailable as error:
         return unavailable(error)
     except JetStreamError as error:
-        message = f"NATS refused the stream config: {error.description} (error {error.err_code})"
-        return Result(
-            Outcome(False, "ServerRejected", message, stalled=True),
-            events=[*events, Event("Warning", "ServerRejected", message)],
-            retry=True,
-        )
+        return server_rejected("stream", error, events)
     assert info is not None
     return Result(outcome, status=live_state(info), events=events)
 
