@@ -89,6 +89,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     watch_settings = WatchSettings(
         resync_interval=operator_settings.resync_interval,
+        consumer_resync_interval=operator_settings.consumer_resync_interval,
         use_advisories=operator_settings.advisories,
         read_only=operator_settings.read_only,
         pause_annotation=PAUSE_ANNOTATION,

@@ -30,6 +30,10 @@ class OperatorSettings(BaseSettings):
     """Namespaces to watch (comma-separated, globs and !negations allowed); empty for all."""
     resync_interval: float = Field(default=30.0, gt=0)
     """Seconds between full checks of every stream against its resource (one paged listing)."""
+    consumer_resync_interval: float = Field(default=300.0, gt=0)
+    """Seconds within which every consumer is listed even if nothing announced a change; this
+    is also how often an idle consumer's delivered/pending figures in status refresh. Changes
+    made by anyone else are seen at once through advisories, whatever this is."""
     advisories: bool = True
     """Repair out-of-band changes as soon as the server announces them."""
     read_only: bool = False

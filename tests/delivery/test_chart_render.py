@@ -298,7 +298,8 @@ def test_every_operator_variable_is_an_operator_setting(helm: Helm) -> None:
     prefix = OperatorSettings.model_config.get("env_prefix", "")
     fields = {prefix + field.upper() for field in OperatorSettings.model_fields}
     settings = {
-        "NATS_URL", "NAMESPACES", "RESYNC_INTERVAL", "READ_ONLY", "ADVISORIES",
+        "NATS_URL", "NAMESPACES", "RESYNC_INTERVAL", "CONSUMER_RESYNC_INTERVAL", "READ_ONLY",
+        "ADVISORIES",
         "REQUIRE_CONNECTION_REF", "LOG_FORMAT", "NATS_CREDS_FILE", "NATS_TLS_CA",
         "NATS_TLS_CERT", "NATS_TLS_KEY", "METRICS_PORT", "PEERING", "PEERING_LIFETIME",
     }  # fmt: skip

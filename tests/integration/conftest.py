@@ -50,6 +50,7 @@ def operator_process(
 # Short resync and retry delays keep the tests quick; production defaults are slower.
 SESSION_OPERATOR_ENV = {
     "JETSTREAM_OPERATOR_RESYNC_INTERVAL": "2",
+    "JETSTREAM_OPERATOR_CONSUMER_RESYNC_INTERVAL": "2",
     "JETSTREAM_OPERATOR_RETRY_BASE_DELAY": "0.5",
     "JETSTREAM_OPERATOR_RETRY_MAX_DELAY": "5",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,8 +13,10 @@ from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
+from .conftest import operator_variant
 from .helpers import Resources, condition, eventually, fill, is_ready, is_subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -320,6 +323,40 @@ async def test_consumer_deleted_out_of_band_is_recreated_within_two_seconds(
 
     await eventually(back, timeout=2.0, interval=0.05)
     assert time.monotonic() - started < 2.0
+
+
+@pytest.fixture
+def operator_with_slow_consumer_sweep(operator_process: OperatorProcess) -> Iterator[None]:
+    """Consumers listed only every ten minutes: anything faster came through advisories."""
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_CONSUMER_RESYNC_INTERVAL="600"):
+        yield
+
+
+@pytest.mark.usefixtures("operator_with_slow_consumer_sweep")
+async def test_consumer_updated_out_of_band_is_reverted_without_waiting_for_the_sweep(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    """The server announces no consumer update; its audit of API requests does."""
+    stream, _ = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers",
+        consumer_manifest("durable", durableName="AUDITED", streamName=stream, maxAckPending=9),
+    )
+    await eventually(lambda: ready(resources, "consumers", "durable"))
+    await asyncio.sleep(2.5)  # the watcher's last look after creation has passed
+    jetstream = JetStreamApi(nc)
+    info = await jetstream.consumer_info(stream, "AUDITED")
+    assert info is not None
+    changed = {**info["config"], "max_ack_pending": 500}
+    await jetstream.create_consumer(
+        stream, {"stream_name": stream, "action": "update", "config": changed}
+    )
+
+    async def reverted() -> bool:
+        current = await jetstream.consumer_info(stream, "AUDITED")
+        return current is not None and current["config"]["max_ack_pending"] == 9
+
+    await eventually(reverted, timeout=5.0, interval=0.05)
 
 
 async def test_deleting_the_resource_deletes_the_consumer(

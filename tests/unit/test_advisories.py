@@ -1,4 +1,10 @@
-from jetstream_operator.nats.advisories import consumer_from_subject, stream_from_subject
+import json
+
+from jetstream_operator.nats.advisories import (
+    consumer_from_subject,
+    consumer_written_by_audit,
+    stream_from_subject,
+)
 
 
 def test_stream_advisory_subjects() -> None:
@@ -15,3 +21,42 @@ def test_consumer_advisory_subjects() -> None:
     )
     assert consumer_from_subject("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORDERS.C") is None
     assert consumer_from_subject("$JS.EVENT.ADVISORY.STREAM.UPDATED.ORDERS") is None
+
+
+def audit(subject: str, response: dict[str, object], server: str = "n1", cid: int = 7) -> dict:
+    return {
+        "type": "io.nats.jetstream.advisory.v1.api_audit",
+        "client": {"server": server, "id": cid},
+        "subject": subject,
+        "response": json.dumps(response),
+    }
+
+
+CREATED = {"type": "io.nats.jetstream.api.v1.consumer_create_response", "stream_name": "S"}
+
+
+def test_consumer_update_by_another_client_is_seen_in_the_audit() -> None:
+    update = audit("$JS.API.CONSUMER.CREATE.S.C", {**CREATED, "name": "C"})
+    assert consumer_written_by_audit(update, ("n1", 3)) == ("S", "C")
+    durable = audit("$JS.API.CONSUMER.DURABLE.CREATE.S.D", {**CREATED, "name": "D"})
+    assert consumer_written_by_audit(durable, None) == ("S", "D")
+    # The old form names the consumer only in the body; the response names it too.
+    unnamed = audit("$JS.API.CONSUMER.CREATE.S", {**CREATED, "name": "E"})
+    assert consumer_written_by_audit(unnamed, None) == ("S", "E")
+
+
+def test_audits_that_change_no_consumer_are_ignored() -> None:
+    ours = audit("$JS.API.CONSUMER.CREATE.S.C", {**CREATED, "name": "C"}, "n1", 7)
+    assert consumer_written_by_audit(ours, ("n1", 7)) is None
+    same_id_other_server = audit("$JS.API.CONSUMER.CREATE.S.C", {**CREATED, "name": "C"}, "n2", 7)
+    assert consumer_written_by_audit(same_id_other_server, ("n1", 7)) == ("S", "C")
+    refused = audit("$JS.API.CONSUMER.CREATE.S.C", {"error": {"code": 400}})
+    assert consumer_written_by_audit(refused, None) is None
+    info = audit("$JS.API.CONSUMER.INFO.S.C", {**CREATED, "name": "C"})
+    assert consumer_written_by_audit(info, None) is None
+    broken = {**info, "subject": "$JS.API.CONSUMER.CREATE.S.C", "response": "{not json"}
+    assert consumer_written_by_audit(broken, None) is None
+
+
+def test_pause_advisories_are_watched() -> None:
+    assert consumer_from_subject("$JS.EVENT.ADVISORY.CONSUMER.PAUSE.S.C") == ("S", "C")

@@ -1,8 +1,11 @@
 """Drift repair: advisories for changes within a second, a paged resync for anything missed.
 
-One STREAM.LIST pass (N/256 requests), plus one CONSUMER.LIST pass per stream that has Consumer
-resources, checks everything, instead of a timer and an INFO request per resource. Status is
-written only when something a person would see has changed.
+One STREAM.LIST pass (N/256 requests) checks every stream, instead of a timer and an INFO request
+per resource. JetStream has no account-wide consumer listing, so consumers are listed per stream,
+and only where needed: for streams whose state moved since the last look (new messages, a consumer
+added or removed), for every stream after a reconnect, and for a rotating share of the rest, so
+each stream's consumers are listed at least once per consumer resync interval. Status is written
+only when something a person would see has changed.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,9 +62,59 @@ def needs_care(resource: TrackedResource) -> bool:
 @dataclass(frozen=True)
 class WatchSettings:
     resync_interval: float
+    consumer_resync_interval: float = 300.0
     use_advisories: bool = True
     read_only: bool = False
     pause_annotation: str = ""
+
+
+def stream_mark(info: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What changes in a stream's listing when its consumers may have changed."""
+    state = info.get("state") or {}
+    return (
+        info.get("created"),
+        state.get("first_seq"),
+        state.get("last_seq"),
+        state.get("messages"),
+        state.get("consumer_count"),
+    )
+
+
+class ConsumerSweep:
+    """Chooses the streams whose consumers a resync lists, so the idle cost stays near one
+    listing page per 256 streams while every consumer is still checked within its interval."""
+
+    def __init__(self, share: float) -> None:
+        self._share = min(1.0, max(0.0, share))
+        self._marks: dict[str, tuple[Any, ...]] = {}
+        self._cursor = 0
+        self._credit = 0.0
+        self._everything = True
+
+    def everything_next(self) -> None:
+        """Advisories may have been lost: list every stream's consumers on the next pass."""
+        self._everything = True
+
+    def choose(self, infos: Mapping[str, Mapping[str, Any]], streams: Iterable[str]) -> set[str]:
+        ordered = sorted(set(streams))
+        if self._everything:
+            self._everything = False
+            chosen = set(ordered)
+        else:
+            chosen = {name for name in ordered if stream_mark(infos[name]) != self._marks.get(name)}
+            if ordered:
+                # Fractions carry over, so a small account is not listed on every pass.
+                self._credit += len(ordered) * self._share
+                count = min(len(ordered), math.floor(self._credit))
+                self._credit -= count
+                start = self._cursor % len(ordered)
+                chosen.update((ordered + ordered)[start : start + count])
+                self._cursor = start + count
+        for name in chosen:
+            self._marks[name] = stream_mark(infos[name])
+        for gone in set(self._marks) - set(ordered):
+            del self._marks[gone]
+        return chosen
 
 
 class DriftWatcher:
@@ -90,6 +144,7 @@ class DriftWatcher:
         self._pending_consumers: set[tuple[str, str]] = set()
         self._second_looks: dict[tuple[str, str], int] = {}
         self._wakeup = asyncio.Event()
+        self._sweep = ConsumerSweep(settings.resync_interval / settings.consumer_resync_interval)
 
     async def run(self) -> None:
         """Run until cancelled; NATS outages only delay the work."""
@@ -116,6 +171,7 @@ class DriftWatcher:
                     # Advisories sent while we were away are lost: look at everything.
                     reconnects = connection.stats["reconnects"]
                     next_resync = 0.0
+                    self._sweep.everything_next()
                 await self._repair_pending(jetstream)
                 if loop.time() >= next_resync:
                     await self.resync(jetstream)
@@ -182,7 +238,7 @@ class DriftWatcher:
         }
 
     async def resync(self, jetstream: JetStreamApi) -> None:
-        """One paged listing of all streams, and of the consumers of streams we manage."""
+        """One paged listing of all streams, and of the consumers the sweep chooses."""
         infos = {
             str(info.get("config", {}).get("name")): info for info in await jetstream.list_streams()
         }
@@ -199,7 +255,8 @@ class DriftWatcher:
                 await self._repair(CONSUMER, resource, jetstream, None)
             else:
                 by_stream.setdefault(stream, []).append(resource)
-        for stream, resources in by_stream.items():
+        for stream in self._sweep.choose(infos, by_stream):
+            resources = by_stream[stream]
             consumers = {
                 str(info.get("name")): info for info in await jetstream.list_consumers(stream)
             }

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 STREAM_ADVISORIES = "$JS.EVENT.ADVISORY.STREAM.*.*"
 CONSUMER_ADVISORIES = "$JS.EVENT.ADVISORY.CONSUMER.*.*.*"
-_WATCHED_ACTIONS = {"UPDATED", "DELETED", "CREATED"}
+# The server sends no advisory when a consumer's config is updated, only this audit of every
+# JetStream API request in the account; it is how an out-of-band consumer update is seen at once.
+API_AUDIT = "$JS.EVENT.ADVISORY.API"
+_WATCHED_ACTIONS = {"UPDATED", "DELETED", "CREATED", "PAUSE"}
+_CONSUMER_WRITES = ("$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DURABLE.CREATE.")
 
 
 def stream_from_subject(subject: str) -> str | None:
@@ -21,11 +27,46 @@ def stream_from_subject(subject: str) -> str | None:
 
 
 def consumer_from_subject(subject: str) -> tuple[str, str] | None:
-    """(stream, consumer) of a consumer created/deleted advisory; None for other advisories."""
+    """(stream, consumer) of a consumer created/deleted/paused advisory; None for others."""
     parts = subject.split(".")
     if len(parts) != 7 or parts[3] != "CONSUMER" or parts[4] not in _WATCHED_ACTIONS:
         return None
     return parts[5], parts[6]
+
+
+ClientIdentity = tuple[str, int]
+"""(server name, client id): who made a request, as the audit names it."""
+
+
+def consumer_written_by_audit(
+    audit: dict[str, Any], ourselves: ClientIdentity | None
+) -> tuple[str, str] | None:
+    """(stream, consumer) a successful consumer create/update made by someone else changed."""
+    subject = str(audit.get("subject") or "")
+    if not subject.startswith(_CONSUMER_WRITES):
+        return None
+    client = audit.get("client") or {}
+    if ourselves is not None and (client.get("server"), client.get("id")) == ourselves:
+        return None
+    try:
+        response = json.loads(audit.get("response") or "{}")
+    except ValueError:
+        return None
+    if not isinstance(response, dict) or response.get("error"):
+        return None
+    stream, name = response.get("stream_name"), response.get("name")
+    if not isinstance(stream, str) or not isinstance(name, str):
+        return None
+    return stream, name
+
+
+def client_identity(connection: Client) -> ClientIdentity | None:
+    """This connection as audits name it; it changes on every reconnect."""
+    server = (connection._server_info or {}).get("server_name")  # nats-py has no accessor
+    client_id = connection.client_id
+    if not isinstance(server, str) or not isinstance(client_id, int):
+        return None
+    return server, client_id
 
 
 async def subscribe_changes(
@@ -33,7 +74,8 @@ async def subscribe_changes(
     on_stream: Callable[[str], Awaitable[None]],
     on_consumer: Callable[[str, str], Awaitable[None]],
 ) -> None:
-    """Call back for every stream and consumer created, updated or deleted in the account."""
+    """Call back for every stream and consumer created, updated or deleted in the account by
+    anyone, and for consumers created or updated by other clients."""
 
     async def stream_message(message: Msg) -> None:
         stream = stream_from_subject(message.subject)
@@ -45,5 +87,18 @@ async def subscribe_changes(
         if found is not None:
             await on_consumer(*found)
 
+    async def audit_message(message: Msg) -> None:
+        if b"CONSUMER." not in message.data:
+            return  # most audits are about other requests; skip parsing them
+        try:
+            audit = json.loads(message.data)
+        except ValueError:
+            return
+        if isinstance(audit, dict):
+            found = consumer_written_by_audit(audit, client_identity(connection))
+            if found is not None:
+                await on_consumer(*found)
+
     await connection.subscribe(STREAM_ADVISORIES, cb=stream_message)
     await connection.subscribe(CONSUMER_ADVISORIES, cb=consumer_message)
+    await connection.subscribe(API_AUDIT, cb=audit_message)
