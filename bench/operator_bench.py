@@ -1,9 +1,10 @@
 """Operator benchmarks: convergence against its floor, idle cost, drift repair latency, memory.
 
 Runs everything on this machine with the project's own servers (kube-apiserver + etcd, one
-nats-server) and the operator as a process, so the figures are end to end:
+nats-server) and the operator as a process, so the figures are end to end. Each size gets fresh
+servers and a fresh operator, so its memory and idle figures are its own:
 
-    .venv/bin/python bench/operator_bench.py --sizes 100 1000 --idle-size 1000
+    .venv/bin/python bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000
 
 Prints Markdown tables (and writes them to bench/results/) for docs/benchmarks.md.
 """
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import nats
 from kubernetes import client, config
@@ -36,8 +37,11 @@ from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
 from jetstream_operator.k8s.crds import apply_crds
 from jetstream_operator.nats.jsapi import JetStreamApi
+from jetstream_operator.settings import OperatorSettings
 
 RESULTS = Path(__file__).resolve().parent / "results"
+RESYNC_INTERVAL = OperatorSettings().resync_interval
+"""The operator runs with production settings; the idle figures are per resync of this."""
 
 
 class Bench:
@@ -51,7 +55,9 @@ class Bench:
     def start(self) -> None:
         self.plane.start()
         self.nats.start()
-        self.api = config.new_client_from_config(str(self.plane.kubeconfig))
+        self.api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            str(self.plane.kubeconfig)
+        )
         apply_crds(self.api, all_crds())
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
@@ -72,7 +78,7 @@ class Bench:
     # -- helpers -----------------------------------------------------------------------
 
     def namespace(self, name: str) -> str:
-        self.core.create_namespace({"metadata": {"name": name}})
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         return name
 
     def create_many(self, namespace: str, plural: str, bodies: list[dict[str, Any]]) -> None:
@@ -85,7 +91,10 @@ class Bench:
             list(pool.map(create, bodies))
 
     def ready_count(self, namespace: str, plural: str) -> int:
-        items = self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+        items = cast(
+            dict[str, Any],
+            self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural),
+        )
         count = 0
         for item in items["items"]:
             for condition in (item.get("status") or {}).get("conditions") or []:
@@ -95,13 +104,15 @@ class Bench:
 
     def wait_ready(self, namespace: str, wanted: int, timeout: float = 3600) -> None:
         deadline = time.monotonic() + timeout
+        # Listing 10,000 objects is itself load on two cores: poll large sizes less often.
+        interval = max(0.5, wanted / 1000)
         while time.monotonic() < deadline:
             if (
                 self.ready_count(namespace, "streams") >= wanted
                 and self.ready_count(namespace, "consumers") >= wanted
             ):
                 return
-            time.sleep(0.5)
+            time.sleep(interval)
         raise TimeoutError(f"{namespace}: not all Ready within {timeout}s")
 
     def apiserver_writes(self) -> int:
@@ -116,6 +127,19 @@ class Bench:
             ):
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
+
+    def operator_requests(self) -> dict[str, int]:
+        """JetStream requests the operator made, by operation, from its own /metrics."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        prefix = 'jetstream_operator_nats_request_duration_seconds_count{operation="'
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                operation = line[len(prefix) :].split('"', 1)[0]
+                counts[operation] = int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     def nats_api_requests(self) -> int:
         jsz = self.nats.monitor("jsz")
@@ -195,6 +219,28 @@ def floor_status_patches(bench: Bench, namespace: str, count: int) -> float:
     return time.perf_counter() - started
 
 
+def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One size on fresh servers: convergence, then idle cost and drift at the idle size, then
+    the floor on the same servers."""
+    with tempfile.TemporaryDirectory(prefix=f"jso-bench-{size}-") as directory:
+        bench = Bench(Path(directory))
+        bench.start()
+        try:
+            row = convergence(bench, size)
+            if size == args.idle_size:
+                time.sleep(args.settle)
+                row["idle"] = idle_cost(bench, args.idle_seconds)
+                row["idle_rss"] = bench.operator_rss_mib()
+                row["drift"] = asyncio.run(
+                    drift_latency(bench.nats.url, f"B{size}", args.drift_samples)
+                )
+            add_floor(bench, row)
+        finally:
+            bench.stop()
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def convergence(bench: Bench, size: int) -> dict[str, Any]:
     namespace = bench.namespace(f"bench-{size}")
     prefix = f"B{size}"
@@ -222,14 +268,22 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
     row["ratio"] = row["wall"] / row["floor"]
 
 
-def idle_cost(bench: Bench, seconds: float) -> dict[str, float]:
+def idle_cost(bench: Bench, seconds: float) -> dict[str, Any]:
     writes_before, api_before = bench.apiserver_writes(), bench.nats_api_requests()
+    operations_before = bench.operator_requests()
     time.sleep(seconds)
     writes_after, api_after = bench.apiserver_writes(), bench.nats_api_requests()
+    operations_after = bench.operator_requests()
     per_minute = 60.0 / seconds
+    by_operation = {
+        operation: (count - operations_before.get(operation, 0)) * per_minute
+        for operation, count in operations_after.items()
+        if count != operations_before.get(operation, 0)
+    }
     return {
         "k8s_writes_per_min": (writes_after - writes_before) * per_minute,
         "nats_requests_per_min": (api_after - api_before) * per_minute,
+        "operator_requests_per_min": by_operation,
     }
 
 
@@ -286,7 +340,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--idle-size", type=int, default=1000)
-    parser.add_argument("--idle-seconds", type=float, default=90)
+    parser.add_argument("--idle-seconds", type=float, default=120)
     parser.add_argument("--drift-samples", type=int, default=50)
     parser.add_argument(
         "--settle",
@@ -295,38 +349,42 @@ def main() -> None:
         help="seconds to let first-pass work finish before measuring idle cost",
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="jso-bench-") as directory:
-        bench = Bench(Path(directory))
-        bench.start()
-        try:
-            rows = [convergence(bench, size) for size in args.sizes]
-            idle_size = args.idle_size if args.idle_size in args.sizes else args.sizes[-1]
-            time.sleep(args.settle)
-            idle = idle_cost(bench, args.idle_seconds)
-            drift = asyncio.run(drift_latency(bench.nats.url, f"B{idle_size}", args.drift_samples))
-            for row in rows:
-                add_floor(bench, row)
-        finally:
-            bench.stop()
+    if args.idle_size not in args.sizes:
+        parser.error("--idle-size must be one of --sizes")
+    rows = [run_size(size, args) for size in args.sizes]
     lines = [
         f"Machine: {machine()}",
         "",
-        "| N streams + N consumers | wall (s) | floor (s): nats-py + status patches | "
-        "ratio | operator RSS (MiB) |",
-        "|---|---|---|---|---|",
+        "| N streams + N consumers | resources | wall (s) | floor (s): nats-py + status patches "
+        "| ratio | operator RSS (MiB) |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['size']} | {row['wall']:.1f} | {row['floor']:.1f} "
+            f"| {row['size']} | {2 * row['size']} | {row['wall']:.1f} | {row['floor']:.1f} "
             f"({row['nats']:.1f} + {row['patches']:.1f}) | {row['ratio']:.2f}x | "
             f"{row['rss']:.0f} |"
         )
+    idle_row = next(row for row in rows if row["size"] == args.idle_size)
+    idle, drift = idle_row["idle"], idle_row["drift"]
+    resyncs_per_min = 60.0 / RESYNC_INTERVAL
     lines += [
         "",
-        f"Idle, {sum(r['size'] for r in rows) * 2} resources, "
-        f"{args.idle_seconds:.0f} s: Kubernetes writes/min "
+        f"Idle, N={args.idle_size} ({2 * args.idle_size} resources), "
+        f"{args.idle_seconds:.0f} s after {args.settle:.0f} s settling: Kubernetes writes/min "
         f"{idle['k8s_writes_per_min']:.1f}, NATS API requests/min "
-        f"{idle['nats_requests_per_min']:.1f}",
+        f"{idle['nats_requests_per_min']:.1f} "
+        f"({idle['nats_requests_per_min'] / resyncs_per_min:.1f} per {RESYNC_INTERVAL:.0f} s "
+        f"resync; N/256 = {args.idle_size / 256:.1f}), operator RSS {idle_row['idle_rss']:.0f} MiB",
+        "",
+        "Of which the operator's, per minute by operation: "
+        + (
+            ", ".join(
+                f"{operation} {rate:.1f}"
+                for operation, rate in sorted(idle["operator_requests_per_min"].items())
+            )
+            or "none"
+        ),
         "",
         f"Drift repair over {args.drift_samples} streams: change p50 "
         f"{drift['change_p50_ms']:.0f} ms, p99 {drift['change_p99_ms']:.0f} ms; "
@@ -336,7 +394,7 @@ def main() -> None:
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"operator-{datetime.now(UTC):%Y%m%d-%H%M}.md").write_text(text + "\n")
-    print(json.dumps({"rows": rows, "idle": idle, "drift": drift}))
+    print(json.dumps({"rows": rows}))
 
 
 if __name__ == "__main__":
