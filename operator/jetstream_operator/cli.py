@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -10,6 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 DEFAULT_DEV_DIR = Path(".dev")
+REGISTRY_HANDLERS = ("Handler 'remember_",)
+"""kopf logs every watch event these bookkeeping handlers see; that is noise, and costly."""
+
+
+def quiet_bookkeeping(record: logging.LogRecord) -> bool:
+    """Drop kopf's routine lines about the registry handlers, keep their warnings and errors."""
+    return record.levelno >= logging.WARNING or not record.getMessage().startswith(
+        REGISTRY_HANDLERS
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -27,6 +37,8 @@ def _run(args: argparse.Namespace) -> int:
         log_prefix=settings.log_format != "json",
         log_refkey="object" if settings.log_format == "json" else None,
     )
+    if not args.verbose:
+        logging.getLogger("kopf.objects").addFilter(quiet_bookkeeping)
     if settings.peering:
         # kopf takes its peer identity from POD_ID; the drift watcher needs to know it too.
         os.environ.setdefault("POD_ID", f"{socket.gethostname()}-{os.getpid()}")

@@ -12,9 +12,11 @@ import kopf
 
 from . import GROUP, VERSION, metrics
 from .api.kinds import CONSUMER, NATS_CONNECTION, STREAM, ResourceKind
+from .api.status import LAST_HANDLED_FIELD
 from .handlers import connection as connection_handlers
 from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
+from .handlers.arrivals import StreamArrivals
 from .handlers.connections import ConnectionDirectory, WatcherSet
 from .handlers.drift import DriftWatcher, WatchSettings, status_patch
 from .handlers.registry import ConnectionKey, ResourceRegistry, consumer_stream, ready_counts
@@ -47,9 +49,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=KOPF_ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    # In status, not an annotation: kopf then writes it in the same request as our status,
+    # which saves one of the four writes handling a new resource costs.
+    settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field=LAST_HANDLED_FIELD)
     # Only our own events reach Kubernetes; kopf's routine log lines stay in the log.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
@@ -69,6 +71,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.pool = ConnectionPool(request_timeout=operator_settings.nats_request_timeout)
     memo.streams = ResourceRegistry()
     memo.consumers = ResourceRegistry()
+    memo.arrivals = StreamArrivals()
     memo.natsconnections = ResourceRegistry()
     kubernetes = api_client()
     if operator_settings.peering:
@@ -175,8 +178,11 @@ def _report(
 
 
 @kopf.on.event(GROUP, VERSION, STREAM.plural)
-def remember_stream(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    """Keep the registry current, so drift repair finds resources without API requests."""
+async def remember_stream(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """Keep the registry current, so drift repair finds resources without API requests.
+
+    Async on purpose, as are the other registry handlers: kopf runs plain functions in a thread
+    pool, and the registries are read by the event loop without locks."""
     memo.streams.observe(event.get("type"), event.get("object") or {})
 
 
@@ -237,6 +243,8 @@ async def reconcile_stream(
         result = await stream_handlers.reconcile(
             spec, owner, jetstream, read_only=settings.read_only
         )
+        if any(event.reason in {"Created", "Recreated"} for event in result.events):
+            memo.arrivals.announce(str(spec.get("name")))
         if result.outcome.ready and not settings.read_only:
             purge = await stream_handlers.purge_if_asked(spec, meta.annotations, status, jetstream)
             result = result.then(purge)
@@ -276,8 +284,12 @@ async def finalize_stream(
 
 
 @kopf.on.event(GROUP, VERSION, CONSUMER.plural)
-def remember_consumer(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+async def remember_consumer(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     memo.consumers.observe(event.get("type"), event.get("object") or {})
+
+
+STREAM_ARRIVAL_TIMEOUT = 5.0
+"""How long a new consumer waits for its stream's creation before reporting StreamNotFound."""
 
 
 def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | None:
@@ -294,6 +306,12 @@ def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | No
 async def reconcile_consumer(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
+    async def stream_arrival(stream: str) -> bool:
+        if not memo.streams.with_spec("name", stream):
+            return False  # no Stream resource will create it: nothing to wait for
+        arrivals: StreamArrivals = memo.arrivals
+        return await arrivals.wait(stream, STREAM_ARRIVAL_TIMEOUT)
+
     async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
         return await consumer_handlers.reconcile(
             spec,
@@ -301,6 +319,7 @@ async def reconcile_consumer(
             jetstream,
             stream_name=_resolved_stream(memo, owner, spec),
             read_only=settings.read_only,
+            stream_arrival=stream_arrival,
         )
 
     await _handle(
@@ -349,7 +368,7 @@ def _kopf_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 @kopf.on.event(GROUP, VERSION, NATS_CONNECTION.plural)
-def remember_connection(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+async def remember_connection(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     memo.natsconnections.observe(event.get("type"), event.get("object") or {})
 
 

@@ -39,3 +39,27 @@ def test_pure_layers_do_no_io() -> None:
             if n.lstrip(".").split(".")[0] in ("nats", "k8s", "handlers") and n.startswith("..")
         }
         assert not bad, f"{path} imports {bad}"
+
+
+def test_routine_registry_lines_are_dropped_but_not_their_failures() -> None:
+    import logging
+
+    from jetstream_operator.cli import quiet_bookkeeping
+
+    def record(level: int, message: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", level, __file__, 1, message, None, None)
+
+    assert not quiet_bookkeeping(record(logging.INFO, "Handler 'remember_stream' succeeded."))
+    assert quiet_bookkeeping(record(logging.ERROR, "Handler 'remember_stream' failed."))
+    assert quiet_bookkeeping(record(logging.INFO, "Handler 'reconcile' succeeded."))
+
+
+def test_registry_handlers_run_on_the_event_loop() -> None:
+    """kopf runs plain functions in threads; the registries are read by the loop unlocked (a
+    thread mutating one made drift repair fail with 'dictionary changed size')."""
+    import inspect
+
+    from jetstream_operator import main
+
+    for handler in (main.remember_stream, main.remember_consumer, main.remember_connection):
+        assert inspect.iscoroutinefunction(handler), handler

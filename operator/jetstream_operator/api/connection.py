@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, JsonValue
 
 from .base import ResourceModel, cel
-from .status import Condition
+from .status import OperatorStatus
 
 SecretName = Annotated[
     str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -126,13 +126,9 @@ class AccountUsage(ResourceModel):
     """Consumer limit."""
 
 
-class NatsConnectionStatus(ResourceModel):
+class NatsConnectionStatus(OperatorStatus):
     """Whether the operator can reach JetStream with this connection, and what it saw there."""
 
-    observed_generation: int | None = None
-    """The metadata.generation the operator last acted on."""
-    conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Reconciling and Stalled, following kstatus."""
     server_version: str | None = None
     """Version of the server the operator is connected to."""
     server_name: str | None = None

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from .base import GO_DURATION_PATTERN, Duration, ResourceModel, cel
-from .status import Condition
+from .status import OperatorStatus
 from .stream import StreamName, Subject
 
 # The server refuses '.', '*', '>', '/' and '\' in consumer names (isValidAssetName); whitespace
@@ -302,13 +302,9 @@ class ConsumerSpec(ResourceModel):
         return self.deliver_subject is not None
 
 
-class ConsumerStatus(ResourceModel):
+class ConsumerStatus(OperatorStatus):
     """Observed state of the consumer, written only by the operator."""
 
-    observed_generation: int | None = None
-    """The metadata.generation the operator last acted on."""
-    conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Reconciling and Stalled, following kstatus."""
     stream_name: str | None = None
     """The stream in NATS the consumer reads."""
     consumer_name: str | None = None

@@ -24,3 +24,19 @@ class Condition(ResourceModel):
     """When status last changed (RFC 3339)."""
     observed_generation: int | None = Field(default=None, ge=0)
     """The metadata.generation this condition was computed from."""
+
+
+LAST_HANDLED_FIELD = "status.lastHandledConfiguration"
+
+
+class OperatorStatus(ResourceModel):
+    """What every kind's status starts with."""
+
+    observed_generation: int | None = None
+    """The metadata.generation the operator last acted on."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, Reconciling and Stalled, following kstatus."""
+    last_handled_configuration: str | None = None
+    """The spec the operator last acted on, as JSON, to tell what a change changed. Kept in
+    status, written with the rest of it, so handling a resource costs one write less than an
+    annotation would; not meant for people."""

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, ConfigDict, Field, JsonValue
 
 from .base import Duration, ResourceModel, cel
-from .status import Condition
+from .status import OperatorStatus
 
 STREAM_NAME_PATTERN = r"^[^.*>\s]+$"
 StreamName = Annotated[str, Field(min_length=1, max_length=255, pattern=STREAM_NAME_PATTERN)]
@@ -298,13 +298,9 @@ class LastPurge(ResourceModel):
     """Why NATS refused the purge, if it did."""
 
 
-class StreamStatus(ResourceModel):
+class StreamStatus(OperatorStatus):
     """Observed state of the stream, written only by the operator."""
 
-    observed_generation: int | None = None
-    """The metadata.generation the operator last acted on."""
-    conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Reconciling and Stalled, following kstatus."""
     stream_name: str | None = None
     """The name of the stream in NATS that this resource manages."""
     messages: int | None = None

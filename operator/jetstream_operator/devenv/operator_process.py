@@ -22,8 +22,12 @@ class OperatorProcess:
         nats_url: str,
         log_file: Path,
         extra_env: dict[str, str] | None = None,
+        verbose: bool = True,
     ) -> None:
+        """`verbose` logs kopf's debug lines (whole bodies), which tests want when they fail
+        and benchmarks do not want to pay for."""
         self.kubeconfig = kubeconfig
+        self.verbose = verbose
         self.nats_url = nats_url
         self.log_file = log_file
         self.extra_env = dict(extra_env or {})
@@ -53,7 +57,7 @@ class OperatorProcess:
             "-m",
             "jetstream_operator.cli",
             "run",
-            "--verbose",
+            *(["--verbose"] if self.verbose else []),
             f"--liveness={health_url}",
         ]
         self._process = ManagedProcess("operator", argv, self.log_file, env)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,7 +38,7 @@ from .results import (
     validation_message,
 )
 
-_MAX_STEPS = 4  # an update, a pause change, and a recreate's delete + create
+_MAX_STEPS = 5  # a wait for the stream, an update, a pause change, a recreate's delete + create
 
 
 async def reconcile(
@@ -51,10 +51,12 @@ async def reconcile(
     known_info: Mapping[str, Any] | None = None,
     known_stream_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
+    stream_arrival: Callable[[str], Awaitable[bool]] | None = None,
 ) -> Result:
     """Bring the consumer in line with the spec. `stream_name` is the resolved stream (None
     while a streamRef points at no Stream resource yet). `known_info` / `known_stream_info`
-    come from listings and save a request each when the consumer turns out to be in sync."""
+    come from listings and save a request each when the consumer turns out to be in sync.
+    `stream_arrival`, if given, may wait once for a missing stream that is being created."""
     try:
         consumer_spec = ConsumerSpec.model_validate(dict(spec))
     except ValidationError as error:
@@ -89,6 +91,13 @@ async def reconcile(
                 return Result(Outcome(False, "ReadOnly", message, stalled=True))
             match action:
                 case StreamMissing():
+                    if stream and stream_arrival is not None and await stream_arrival(stream):
+                        stream_arrival = None
+                        stream_info = await jetstream.stream_info(stream)
+                        limits = ((stream_info or {}).get("config") or {}).get("consumer_limits")
+                        if stream_info is not None:
+                            info = await jetstream.consumer_info(stream, name)
+                        continue
                     # No kopf retry: the drift watcher acts as soon as the stream appears
                     # (advisory, or the next resync), without a retry's extra writes.
                     return Result(Outcome(False, action.reason, action.message()))
