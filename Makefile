@@ -9,7 +9,7 @@ CLI := $(VENV)/bin/jetstream-operator
 STAMP := $(VENV)/.installed-stamp
 DEV_DIR ?= .dev
 
-.PHONY: help venv tools run down status test unit integration lint crds chaos bench
+.PHONY: help venv tools run down status test unit integration lint crds chaos bench e2e e2e-image e2e-check
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
@@ -18,6 +18,8 @@ help:
 	@echo "make crds   regenerate crds/ from the models"
 	@echo "make chaos  the fault suite at full size"
 	@echo "make bench  the benchmarks behind docs/benchmarks.md"
+	@echo "make e2e    the end-to-end suites against an existing cluster: E2E_KUBECONFIG=... E2E_NATS_URL=..."
+	@echo "make e2e-image  build the image, load it into kind, run it in the cluster (needs docker/podman)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,3 +79,39 @@ crds: venv
 	mkdir -p charts/jetstream-operator/files/crds
 	rm -f charts/jetstream-operator/files/crds/*.yaml
 	cp crds/*.yaml charts/jetstream-operator/files/crds/
+
+# The end-to-end suites against an existing cluster (a kind cluster with NATS, say) instead of the
+# servers the tests start themselves. The operator runs from this checkout on this machine.
+E2E_KUBECONFIG ?=
+E2E_NATS_URL ?=
+E2E_IN_CLUSTER_NATS_URL ?= nats://nats.nats.svc:4222
+E2E_IMAGE ?= jetstream-operator:e2e
+KIND_CLUSTER ?= kind
+export JETSTREAM_OPERATOR_E2E_KUBECONFIG = $(E2E_KUBECONFIG)
+export JETSTREAM_OPERATOR_E2E_NATS_URL = $(E2E_NATS_URL)
+
+e2e-check:
+	@test -n "$(E2E_KUBECONFIG)" -a -n "$(E2E_NATS_URL)" || { \
+	  echo "set E2E_KUBECONFIG (a kubeconfig whose current context is the cluster) and"; \
+	  echo "E2E_NATS_URL (NATS as reachable from this machine, e.g. after kubectl port-forward)"; \
+	  exit 2; }
+
+e2e: venv e2e-check
+	$(VENV)/bin/pytest -rs tests/integration tests/delivery
+
+# The image-based steps: build the image, load it into the kind cluster, install the chart with
+# it and watch it reconcile. Skipped, and said so, where no container engine runs.
+e2e-image: venv e2e-check
+	@engine=""; for candidate in docker podman; do \
+	  if command -v $$candidate >/dev/null && $$candidate info >/dev/null 2>&1; then \
+	    engine=$$candidate; break; fi; done; \
+	if [ -z "$$engine" ]; then \
+	  echo "SKIPPED: no working container engine here (docker/podman), so the image is not built"; \
+	  echo "and the in-cluster steps do not run. The rest of the suite runs with 'make e2e'."; \
+	  exit 0; fi; \
+	set -e; $$engine build --tag $(E2E_IMAGE) . ; \
+	if command -v kind >/dev/null; then kind load docker-image $(E2E_IMAGE) --name $(KIND_CLUSTER); \
+	else echo "kind not found: make sure the cluster can pull $(E2E_IMAGE)"; fi; \
+	JETSTREAM_OPERATOR_E2E_IMAGE=$(E2E_IMAGE) \
+	JETSTREAM_OPERATOR_E2E_IN_CLUSTER_NATS_URL=$(E2E_IN_CLUSTER_NATS_URL) \
+	  $(VENV)/bin/pytest -rs tests/e2e_image

@@ -2,6 +2,10 @@
 
 Servers start only when a test asks for them, are always stopped at the end (finally, plus an
 atexit backstop for interrupted runs), and a failing test gets their log tails in its report.
+
+With JETSTREAM_OPERATOR_E2E_KUBECONFIG and JETSTREAM_OPERATOR_E2E_NATS_URL set, the same tests
+target an existing cluster and NATS instead (tests/support/targets.py); tests marked
+`local_servers`, which kill or restart the servers, are then skipped.
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.gobuild import ensure_tools
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.processes import tail
+from tests.support.targets import (
+    LOCAL_ONLY_REASON,
+    ExistingCluster,
+    ExistingNats,
+    existing_cluster,
+    existing_target,
+)
 
 LOG_TAIL_LINES = 60
 INFRA_FIXTURES = frozenset(
@@ -28,10 +39,28 @@ _fixture_logs: dict[str, dict[str, Path]] = {}
 _process_logs: dict[str, Path] = {}
 
 
+try:
+    TARGET = existing_target()
+except ValueError as error:
+    raise pytest.UsageError(str(error)) from error
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: runs real etcd, kube-apiserver and nats-server processes"
     )
+    config.addinivalue_line("markers", f"local_servers: {LOCAL_ONLY_REASON}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if TARGET is None:
+        return
+    skip = pytest.mark.skip(reason=LOCAL_ONLY_REASON)
+    for item in items:
+        if item.get_closest_marker("local_servers") or "nats_cluster" in getattr(
+            item, "fixturenames", ()
+        ):
+            item.add_marker(skip)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -39,7 +68,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     wanted: set[str] = set()
     for item in session.items:
         names = set(getattr(item, "fixturenames", ()))
-        if names & {"control_plane", "kubeconfig"}:
+        if names & {"control_plane", "kubeconfig"} and TARGET is None:
             wanted |= {"etcd", "kube-apiserver"}
         if "kubectl" in names:
             wanted.add("kubectl")
@@ -75,7 +104,12 @@ def process_logs() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ControlPlane | ExistingCluster]:
+    if TARGET is not None:
+        yield existing_cluster(TARGET.kubeconfig, tmp_path_factory.mktemp("e2e-cluster"))
+        return
     plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
     _fixture_logs["control_plane"] = plane.logs()
     atexit.register(plane.stop)
@@ -87,7 +121,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 @pytest.fixture(scope="session")
-def kubeconfig(control_plane: ControlPlane) -> Path:
+def kubeconfig(control_plane: ControlPlane | ExistingCluster) -> Path:
     return control_plane.kubeconfig
 
 
@@ -97,7 +131,10 @@ def kubectl() -> Path:
 
 
 @pytest.fixture(scope="session")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer | ExistingNats]:
+    if TARGET is not None:
+        yield ExistingNats(TARGET.nats_url)
+        return
     server = NatsServer(tmp_path_factory.mktemp("nats"), name="nats")
     _fixture_logs["nats_server"] = server.logs()
     atexit.register(server.stop)

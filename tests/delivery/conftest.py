@@ -6,24 +6,18 @@ second operator running next to the integration suite's for the rest of a full `
 run. Here they are package-scoped, so they end with this directory, and the CRDs come from the
 chart instead of being applied directly.
 
-By default the servers are the session's own kube-apiserver and nats-server. With
-JETSTREAM_OPERATOR_E2E_KUBECONFIG and JETSTREAM_OPERATOR_E2E_NATS_URL set, this suite targets an
-existing cluster and NATS instead (see docs/helm.md); both must be set, so a KUBECONFIG that
-happens to be exported never sends the tests to a real cluster.
+The servers are the session's (tests/conftest.py): its own kube-apiserver and nats-server, or an
+existing cluster and NATS named by JETSTREAM_OPERATOR_E2E_KUBECONFIG and ..._NATS_URL.
 """
 
 from __future__ import annotations
 
-import base64
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from jetstream_operator.devenv.gobuild import ensure_tools
@@ -40,54 +34,6 @@ from .helpers import CHART, CHART_CRDS, Helm, NatsTarget, new_client, run
 
 CLUSTER_RELEASE = "jso"
 CLUSTER_RELEASE_NAMESPACE = "jso-system"
-E2E_KUBECONFIG = os.environ.get("JETSTREAM_OPERATOR_E2E_KUBECONFIG", "")
-E2E_NATS_URL = os.environ.get("JETSTREAM_OPERATOR_E2E_NATS_URL", "")
-
-
-@dataclass(frozen=True)
-class ExistingCluster:
-    """An API server reached through a given kubeconfig (its current context)."""
-
-    kubeconfig: Path
-    url: str
-    ca_file: Path
-
-
-@dataclass(frozen=True)
-class ExistingNats:
-    url: str
-
-
-def _existing_cluster(kubeconfig: Path, workdir: Path) -> ExistingCluster:
-    document: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
-    contexts = {item["name"]: item["context"] for item in document["contexts"]}
-    cluster_name = contexts[document["current-context"]]["cluster"]
-    cluster = next(c["cluster"] for c in document["clusters"] if c["name"] == cluster_name)
-    if "certificate-authority-data" in cluster:
-        ca_file = workdir / "ca.crt"
-        ca_file.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-    else:
-        ca_file = (kubeconfig.parent / cluster["certificate-authority"]).resolve()
-    return ExistingCluster(kubeconfig.resolve(), str(cluster["server"]), ca_file)
-
-
-if E2E_KUBECONFIG or E2E_NATS_URL:
-    if not (E2E_KUBECONFIG and E2E_NATS_URL):
-        raise pytest.UsageError(
-            "set both JETSTREAM_OPERATOR_E2E_KUBECONFIG and JETSTREAM_OPERATOR_E2E_NATS_URL"
-        )
-
-    @pytest.fixture(scope="package")
-    def control_plane(tmp_path_factory: pytest.TempPathFactory) -> ExistingCluster:
-        return _existing_cluster(Path(E2E_KUBECONFIG), tmp_path_factory.mktemp("e2e-cluster"))
-
-    @pytest.fixture(scope="package")
-    def kubeconfig(control_plane: ExistingCluster) -> Path:
-        return control_plane.kubeconfig
-
-    @pytest.fixture(scope="package")
-    def nats_server() -> ExistingNats:
-        return ExistingNats(E2E_NATS_URL)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from nats.aio.client import Client
 from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.k8s.crds import apply_crds
+from tests.conftest import TARGET
 
 from .helpers import Resources
 
@@ -96,12 +97,20 @@ def operator_on_cluster(
 
 
 @pytest.fixture
-def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace per test, so tests never see each other's resources."""
+def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, so tests never see each other's resources.
+
+    On an existing cluster it is deleted afterwards, while the operator still runs to finalize
+    what is in it; the suite's own API server has no namespace controller, so there it stays.
+    """
     readable = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().replace("_", "-"))
     name = f"t{next(_namespaces)}-{readable}"[:60].rstrip("-")
-    client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name}})
-    return name
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    if TARGET is not None:
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(name)
 
 
 @pytest.fixture

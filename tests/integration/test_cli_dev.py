@@ -12,7 +12,7 @@ from kubernetes import client, config
 
 from jetstream_operator.devenv.processes import ProcessRecord
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.local_servers]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

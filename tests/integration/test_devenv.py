@@ -19,7 +19,7 @@ from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.paths import KUBERNETES_VERSION
 from jetstream_operator.devenv.processes import http_get
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.local_servers]
 
 
 def test_apiserver_reports_the_pinned_version(control_plane: ControlPlane) -> None:

@@ -20,7 +20,11 @@ from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamUnavailable
 
 from .helpers import Resources, eventually, is_ready
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.local_servers,
+    pytest.mark.usefixtures("operator_process"),
+]
 
 SCALE = int(os.environ.get("JETSTREAM_OPERATOR_FAULT_SCALE", "1"))
 

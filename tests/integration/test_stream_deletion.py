@@ -55,6 +55,7 @@ async def test_delete_policy_removes_the_data(
 
 
 @pytest.mark.integration
+@pytest.mark.local_servers
 @pytest.mark.usefixtures("operator_process")
 async def test_nats_down_during_deletion_keeps_the_finalizer_and_says_why(
     resources: Resources, nats_server: Any, namespace: str

@@ -1,0 +1,167 @@
+"""The container image, installed by the chart, runs the operator inside an existing cluster.
+
+Run by `make e2e` (which builds the image and loads it into a kind cluster) or by hand with
+JETSTREAM_OPERATOR_E2E_KUBECONFIG, ..._NATS_URL and ..._IMAGE set; the image must be pullable
+by the cluster. Run it on its own: any other operator process watching the cluster (such as the
+integration suite's) would reconcile the same resources. Without a container engine nothing
+here can run, and on this project's CI it is skipped (no engine, no cluster).
+
+NOT YET RUN: no machine this was written on had a container engine or a kind cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import nats
+import pytest
+from kubernetes import client
+
+from jetstream_operator import GROUP, VERSION
+from jetstream_operator.devenv.gobuild import ensure_tools
+from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.delivery.helpers import CHART, Helm, new_client
+from tests.support.targets import ExistingTarget, existing_target
+
+TARGET = existing_target()
+RELEASE = "jso-image"
+
+NEEDS = (
+    "needs an existing cluster and an image it can pull "
+    "(JETSTREAM_OPERATOR_E2E_KUBECONFIG, _NATS_URL and _IMAGE; `make e2e` sets them)"
+)
+
+
+def image_values(image: str) -> list[str]:
+    """--set arguments for an image reference (repository[:tag] or repository@digest)."""
+    if "@" in image:
+        repository, digest = image.split("@", 1)
+        return ["--set", f"image.repository={repository}", "--set", f"image.digest={digest}"]
+    repository, _, tag = image.rpartition(":")
+    if not repository or "/" in tag:
+        repository, tag = image, "latest"
+    return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
+
+
+def wait_for(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(2)
+    raise AssertionError(f"{what} within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def target() -> ExistingTarget:
+    if TARGET is None or not TARGET.image:
+        pytest.skip(NEEDS)
+    return TARGET
+
+
+@pytest.fixture(scope="module")
+def installed(target: ExistingTarget, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The chart with the image, watching one fresh namespace; uninstalled afterwards."""
+    helm = Helm(ensure_tools(["helm"])["helm"], tmp_path_factory.mktemp("helm"))
+    watched = f"jso-image-{uuid.uuid4().hex[:6]}"
+    api = new_client(target.kubeconfig)
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=watched)))
+    system = f"{watched}-system"
+    result = helm(
+        "install",
+        RELEASE,
+        CHART,
+        "--namespace",
+        system,
+        "--create-namespace",
+        "--take-ownership",
+        "--wait",
+        "--timeout",
+        "5m",
+        *image_values(target.image),
+        "--set",
+        f"nats.url={target.in_cluster_nats_url}",
+        "--set",
+        f"watchNamespaces={{{watched}}}",
+        kubeconfig=target.kubeconfig,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    try:
+        yield watched
+    finally:
+        helm("uninstall", RELEASE, "--namespace", system, kubeconfig=target.kubeconfig)
+        core.delete_namespace(watched)
+        core.delete_namespace(system)
+
+
+def test_the_image_reconciles_a_stream_and_consumer(target: ExistingTarget, installed: str) -> None:
+    api = new_client(target.kubeconfig)
+    objects = client.CustomObjectsApi(api)
+    stream = f"IMAGE_E2E_{installed[-6:].upper()}"
+    manifests = [
+        ("streams", {"kind": "Stream", "metadata": {"name": "orders"},
+                     "spec": {"name": stream, "subjects": [f"{stream.lower()}.>"]}}),
+        ("consumers", {"kind": "Consumer", "metadata": {"name": "worker"},
+                       "spec": {"durableName": "WORKER", "streamRef": "orders"}}),
+    ]  # fmt: skip
+    for plural, body in manifests:
+        objects.create_namespaced_custom_object(
+            GROUP, VERSION, installed, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
+        )
+
+    def ready(plural: str, name: str) -> bool:
+        item: dict[str, Any] = objects.get_namespaced_custom_object(
+            GROUP, VERSION, installed, plural, name
+        )
+        conditions = (item.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    wait_for(lambda: ready("streams", "orders"), 120, "the Stream was not Ready")
+    wait_for(lambda: ready("consumers", "worker"), 120, "the Consumer was not Ready")
+    assert asyncio.run(consumer_exists(target.nats_url, stream, "WORKER"))
+    # The pod that did it is the chart's, running the image.
+    pods = client.CoreV1Api(api).list_namespaced_pod(f"{installed}-system").items
+    assert pods and all(
+        container.image.startswith(target.image.split("@")[0].rsplit(":", 1)[0])
+        for pod in pods
+        for container in pod.spec.containers
+    )
+    objects.delete_namespaced_custom_object(GROUP, VERSION, installed, "streams", "orders")
+    wait_for(
+        lambda: not asyncio.run(stream_exists(target.nats_url, stream)),
+        120,
+        "the stream was not deleted with its resource",
+    )
+
+
+async def consumer_exists(url: str, stream: str, durable: str) -> bool:
+    connection = await nats.connect(url)
+    try:
+        return await JetStreamApi(connection).consumer_info(stream, durable) is not None
+    finally:
+        await connection.close()
+
+
+async def stream_exists(url: str, stream: str) -> bool:
+    connection = await nats.connect(url)
+    try:
+        return await JetStreamApi(connection).stream_info(stream) is not None
+    finally:
+        await connection.close()
+
+
+def test_image_values() -> None:
+    assert image_values("kind.local/jso:dev")[1::2] == [
+        "image.repository=kind.local/jso",
+        "image.tag=dev",
+    ]
+    assert image_values("localhost:5000/jso")[1::2] == [
+        "image.repository=localhost:5000/jso",
+        "image.tag=latest",
+    ]
