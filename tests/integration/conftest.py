@@ -21,6 +21,8 @@ from tests.conftest import TARGET
 from .helpers import Resources
 
 _namespaces = itertools.count()
+CLUSTER_NAMESPACE_PREFIX = "cl"
+"""Namespaces of tests on the 3-node cluster, the only ones its operator serves."""
 
 
 @pytest.fixture(scope="session")
@@ -91,8 +93,14 @@ def operator_read_only(operator_process: OperatorProcess) -> Iterator[OperatorPr
 def operator_on_cluster(
     operator_process: OperatorProcess, nats_cluster: object
 ) -> Iterator[OperatorProcess]:
+    """The operator on the 3-node cluster, serving only the cluster tests' namespaces: with
+    every earlier test's resources it would first fill the cluster with their streams, and a
+    leader election under that load takes minutes on two cores."""
     urls = ",".join(nats_cluster.urls)  # type: ignore[attr-defined]
-    with operator_variant(operator_process, nats_url=urls) as process:
+    namespaces = f"{CLUSTER_NAMESPACE_PREFIX}*"
+    with operator_variant(
+        operator_process, nats_url=urls, JETSTREAM_OPERATOR_NAMESPACES=namespaces
+    ) as process:
         yield process
 
 
@@ -104,7 +112,8 @@ def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> I
     what is in it; the suite's own API server has no namespace controller, so there it stays.
     """
     readable = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().replace("_", "-"))
-    name = f"t{next(_namespaces)}-{readable}"[:60].rstrip("-")
+    prefix = CLUSTER_NAMESPACE_PREFIX if "nats_cluster" in request.fixturenames else "t"
+    name = f"{prefix}{next(_namespaces)}-{readable}"[:60].rstrip("-")
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
