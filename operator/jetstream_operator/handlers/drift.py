@@ -34,6 +34,7 @@ from .registry import (
     TrackedResource,
     connection_key,
     consumer_stream,
+    consumers_of,
 )
 from .results import Result, paused
 
@@ -233,8 +234,7 @@ class DriftWatcher:
     def _durables_on(self, stream: str) -> set[str]:
         return {
             str(resource.spec_text("durableName"))
-            for resource in self._consumers
-            if consumer_stream(resource, self._streams) == stream
+            for resource in consumers_of(stream, self._consumers, self._streams)
         }
 
     async def resync(self, jetstream: JetStreamApi) -> None:

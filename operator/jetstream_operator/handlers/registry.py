@@ -55,12 +55,40 @@ class TrackedResource:
         return bool(self.status.get("conditions"))
 
 
+INDEXED_SPEC_KEYS = ("name", "durableName", "streamName", "streamRef")
+"""Spec fields looked up by value on every handler call and advisory; indexed so a lookup does
+not scan thousands of resources."""
+
+
 class ResourceRegistry:
     """Resources of one kind by uid, shared by kopf's handlers and drift repair."""
 
     def __init__(self) -> None:
         self._by_uid: dict[str, TrackedResource] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._by_name: dict[tuple[str, str], str] = {}
+        self._by_spec: dict[tuple[str, str], set[str]] = {}
+
+    def _index(self, uid: str, resource: TrackedResource, present: bool) -> None:
+        name_key = (resource.owner.namespace, resource.owner.name)
+        spec_keys = [
+            (key, value)
+            for key in INDEXED_SPEC_KEYS
+            if (value := resource.spec_text(key)) is not None
+        ]
+        if present:
+            self._by_name[name_key] = uid
+            for spec_key in spec_keys:
+                self._by_spec.setdefault(spec_key, set()).add(uid)
+            return
+        if self._by_name.get(name_key) == uid:
+            del self._by_name[name_key]
+        for spec_key in spec_keys:
+            uids = self._by_spec.get(spec_key)
+            if uids is not None:
+                uids.discard(uid)
+                if not uids:
+                    del self._by_spec[spec_key]
 
     def lock(self, uid: str) -> asyncio.Lock:
         """One lock per resource, so a handler and drift repair never act at the same time."""
@@ -71,24 +99,33 @@ class ResourceRegistry:
         uid = str(metadata.get("uid", ""))
         if not uid:
             return
+        existing = self._by_uid.get(uid)
+        if existing is not None:
+            self._index(uid, existing, present=False)
         if event_type == "DELETED":
             self._by_uid.pop(uid, None)
             self._locks.pop(uid, None)
             return
-        owner = Owner(str(metadata.get("namespace", "")), str(metadata.get("name", "")), uid)
-        existing = self._by_uid.get(uid)
+        # managedFields is most of a stored body and nothing here reads it.
+        kept = {
+            **body,
+            "metadata": {key: value for key, value in metadata.items() if key != "managedFields"},
+        }
         if existing is None:
-            self._by_uid[uid] = TrackedResource(owner, dict(body), self.lock(uid))
+            owner = Owner(str(metadata.get("namespace", "")), str(metadata.get("name", "")), uid)
+            existing = self._by_uid[uid] = TrackedResource(owner, kept, self.lock(uid))
         else:
-            existing.body = dict(body)
+            existing.body = kept
+        self._index(uid, existing, present=True)
 
     def named(self, namespace: str, name: str) -> TrackedResource | None:
-        for item in self._by_uid.values():
-            if item.owner.namespace == namespace and item.owner.name == name:
-                return item
-        return None
+        uid = self._by_name.get((namespace, name))
+        return self._by_uid.get(uid) if uid is not None else None
 
     def with_spec(self, key: str, value: str) -> list[TrackedResource]:
+        if key in INDEXED_SPEC_KEYS:
+            uids = self._by_spec.get((key, value), ())
+            return [self._by_uid[uid] for uid in uids if uid in self._by_uid]
         return [item for item in self._by_uid.values() if item.spec_text(key) == value]
 
     def __iter__(self) -> Iterator[TrackedResource]:
@@ -96,6 +133,21 @@ class ResourceRegistry:
 
     def __len__(self) -> int:
         return len(self._by_uid)
+
+
+def consumers_of(
+    stream: str, consumers: ResourceRegistry, streams: ResourceRegistry
+) -> list[TrackedResource]:
+    """Consumer resources on one NATS stream: named directly, or through a Stream resource."""
+    found = list(consumers.with_spec("streamName", stream))
+    for declared in streams.with_spec("name", stream):
+        found += [
+            consumer
+            for consumer in consumers.with_spec("streamRef", declared.owner.name)
+            if consumer.owner.namespace == declared.owner.namespace
+            and not consumer.spec_text("streamName")
+        ]
+    return found
 
 
 def consumer_stream(consumer: TrackedResource, streams: ResourceRegistry) -> str | None:

@@ -1,0 +1,51 @@
+"""The resource registry: lookups by name and spec value stay right through updates."""
+
+from typing import Any
+
+from jetstream_operator.handlers.registry import (
+    ResourceRegistry,
+    consumer_stream,
+    consumers_of,
+)
+
+
+def body(uid: str, resource: str, namespace: str = "ns", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"uid": uid, "name": resource, "namespace": namespace, "managedFields": [{}]},
+        "spec": spec,
+    }
+
+
+def test_lookups_follow_updates_and_deletions() -> None:
+    streams = ResourceRegistry()
+    streams.observe("ADDED", body("u1", "orders", name="ORDERS"))
+    resource = streams.named("ns", "orders")
+    assert resource is not None and "managedFields" not in resource.body["metadata"]
+    assert [r.owner.uid for r in streams.with_spec("name", "ORDERS")] == ["u1"]
+    streams.observe("MODIFIED", body("u1", "orders", name="RENAMED"))
+    assert streams.with_spec("name", "ORDERS") == []
+    assert [r.owner.uid for r in streams.with_spec("name", "RENAMED")] == ["u1"]
+    streams.observe("DELETED", body("u1", "orders", name="RENAMED"))
+    assert streams.named("ns", "orders") is None
+    assert streams.with_spec("name", "RENAMED") == []
+    # A field that is not indexed is still found.
+    streams.observe("ADDED", body("u2", "audit", name="AUDIT", description="x"))
+    assert [r.owner.uid for r in streams.with_spec("description", "x")] == ["u2"]
+
+
+def test_consumers_of_a_stream_by_name_or_reference() -> None:
+    streams, consumers = ResourceRegistry(), ResourceRegistry()
+    streams.observe("ADDED", body("s1", "orders", name="ORDERS"))
+    streams.observe("ADDED", body("s2", "orders", "other", name="ORDERS"))
+    consumers.observe("ADDED", body("c1", "by-ref", streamRef="orders", durableName="A"))
+    consumers.observe("ADDED", body("c2", "direct", streamName="ORDERS", durableName="B"))
+    consumers.observe("ADDED", body("c3", "elsewhere", "third", streamRef="orders"))
+    consumers.observe(
+        "ADDED", body("c4", "both", streamName="BILLING", streamRef="orders", durableName="D")
+    )
+    found = {r.owner.uid for r in consumers_of("ORDERS", consumers, streams)}
+    # c3's namespace has no Stream "orders"; c4's streamName wins over its streamRef.
+    assert found == {"c1", "c2"}
+    for resource in consumers:
+        in_orders = consumer_stream(resource, streams) == "ORDERS"
+        assert in_orders == (resource.owner.uid in found)
