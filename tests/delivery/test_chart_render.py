@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from jetstream_operator.k8s.peering import PEERING_GROUP, peering_crds
 from jetstream_operator.settings import OperatorSettings
 
 from .conftest import ensure_namespace
@@ -405,3 +406,15 @@ def test_rendered_chart_passes_server_side_dry_run(
     assert applied.returncode == 0, applied.stderr
     expected = len(_documents(rendered.stdout))
     assert applied.stdout.count("(server dry run)") == expected, applied.stdout
+
+
+def test_chart_peering_crds_are_the_ones_tests_and_dev_install(helm: Helm) -> None:
+    """kopf's peering CRDs are written twice (the chart's template and k8s/peering.py for tests
+    and `dev up`); this keeps the two the same apart from the chart's labels."""
+    rendered = find(helm.render({"replicaCount": "2"}), "CustomResourceDefinition")
+    chart = {
+        crd["metadata"]["name"]: {**crd, "metadata": {"name": crd["metadata"]["name"]}}
+        for crd in rendered
+        if crd["spec"]["group"] == PEERING_GROUP
+    }
+    assert chart == {crd["metadata"]["name"]: crd for crd in peering_crds()}

@@ -192,8 +192,10 @@ class ConnectionPool:
         keep = set(targets)
         stale = [target for target in self._connections if target not in keep]
         closing = [self._connections.pop(target) for target in stale]
-        for target in stale:
-            self._locks.pop(target, None)
+        # Also the locks of targets that never connected (e.g. a Secret with a typo, since
+        # fixed), unless a connect attempt holds one right now.
+        for target in [t for t, lock in self._locks.items() if t not in keep and not lock.locked()]:
+            del self._locks[target]
         for connection in closing:
             await _close(connection)
 
