@@ -55,7 +55,7 @@ from jetstream_operator.devenv.processes import tail
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
-from operator_bench import floor_nats  # noqa: E402
+from operator_bench import floor_nats, floor_status_patches  # noqa: E402
 
 RESULTS = BENCH_DIR / "results"
 NACK_MODULE = "github.com/nats-io/nack"
@@ -339,24 +339,6 @@ def consumer_body(index: int, prefix: str) -> dict[str, Any]:
     }
 
 
-def floor_status_patches(bench: Bench, namespace: str, count: int) -> float:
-    """2N status patches with the Kubernetes client, 8 at a time, as operator_bench.py does."""
-
-    def patch(target: tuple[str, str]) -> None:
-        plural, name = target
-        bench.objects.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, {"status": {"observedGeneration": 1}}
-        )
-
-    targets = [("streams", f"s{i}") for i in range(count)] + [
-        ("consumers", f"c{i}") for i in range(count)
-    ]
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(patch, targets))
-    return time.perf_counter() - started
-
-
 def convergence(bench: Bench, size: int, timeout: float) -> dict[str, Any]:
     namespace = bench.namespace(f"bench-{size}")
     prefix = f"B{size}"
@@ -386,7 +368,7 @@ def convergence(bench: Bench, size: int, timeout: float) -> dict[str, Any]:
     }
     bench.controller.stop()  # the floor is measured with the servers to itself
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
-    row["patches"] = floor_status_patches(bench, namespace, size)
+    row["patches"] = floor_status_patches(bench.objects, namespace, size, GROUP, VERSION)
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
     return row

@@ -238,13 +238,20 @@ async def floor_nats(url: str, prefix: str, count: int) -> float:
     return elapsed
 
 
-def floor_status_patches(bench: Bench, namespace: str, count: int) -> float:
-    """2N status patches with the Kubernetes client, 8 at a time, as the operator must do."""
+def floor_status_patches(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    count: int,
+    group: str = GROUP,
+    version: str = VERSION,
+) -> float:
+    """2N status patches (streams s0.., consumers c0..) with the Kubernetes client, 8 at a
+    time, as the operator must do."""
 
     def patch(target: tuple[str, str]) -> None:
         plural, name = target
-        bench.objects.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, {"status": {"observedGeneration": 1}}
+        objects.patch_namespaced_custom_object_status(
+            group, version, namespace, plural, name, {"status": {"observedGeneration": 1}}
         )
 
     targets = [("streams", f"s{i}") for i in range(count)] + [
@@ -320,7 +327,7 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
     assert bench.operator is not None
     bench.operator.stop()
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
-    row["patches"] = floor_status_patches(bench, row["namespace"], size)
+    row["patches"] = floor_status_patches(bench.objects, row["namespace"], size)
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
     namespace = bench.namespace(f"apply-only-{size}")
