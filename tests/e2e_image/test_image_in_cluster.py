@@ -132,12 +132,20 @@ def test_the_image_reconciles_a_stream_and_consumer(target: ExistingTarget, inst
         for pod in pods
         for container in pod.spec.containers
     )
-    objects.delete_namespaced_custom_object(GROUP, VERSION, installed, "streams", "orders")
-    wait_for(
-        lambda: not asyncio.run(stream_exists(target.nats_url, stream)),
-        120,
-        "the stream was not deleted with its resource",
-    )
+    # Consumer first, each until its finalizer is gone: once the chart is uninstalled nothing
+    # would remove a finalizer, and the namespace could never be deleted.
+    for plural, name in (("consumers", "worker"), ("streams", "orders")):
+        objects.delete_namespaced_custom_object(GROUP, VERSION, installed, plural, name)
+
+        def gone(plural: str = plural, name: str = name) -> bool:
+            try:
+                objects.get_namespaced_custom_object(GROUP, VERSION, installed, plural, name)
+            except client.ApiException as error:
+                return error.status == 404
+            return False
+
+        wait_for(gone, 120, f"{plural}/{name} kept its finalizer")
+    assert not asyncio.run(stream_exists(target.nats_url, stream))
 
 
 async def consumer_exists(url: str, stream: str, durable: str) -> bool:
