@@ -11,7 +11,14 @@ import time
 from typing import Any
 
 from nats.aio.client import Client
-from nats.errors import NoRespondersError
+from nats.errors import (
+    ConnectionClosedError,
+    ConnectionDrainingError,
+    ConnectionReconnectingError,
+    NoRespondersError,
+    OutboundBufferLimitError,
+    StaleConnectionError,
+)
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from ..metrics import NATS_REQUEST_ERRORS, NATS_REQUEST_SECONDS, operation_of
@@ -21,6 +28,25 @@ ServerConfig = dict[str, Any]
 STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
 STREAM_LIST_PAGE = 256
+
+TRANSIENT_ERR_CODES = frozenset(
+    {
+        10004,  # incomplete results (a cluster answer with peers missing)
+        10008,  # JetStream system temporarily unavailable (meta leader election)
+        10009,  # JetStream cluster can not handle request (no meta leader yet)
+        10118,  # stream is offline
+        10119,  # consumer is offline
+    }
+)
+"""Answers that say the cluster is busy or electing, not that the request is wrong."""
+
+_CONNECTION_TROUBLE = (
+    ConnectionClosedError,
+    ConnectionDrainingError,
+    ConnectionReconnectingError,
+    OutboundBufferLimitError,
+    StaleConnectionError,
+)
 
 
 class JetStreamError(Exception):
@@ -34,7 +60,15 @@ class JetStreamError(Exception):
 
 
 class JetStreamUnavailable(Exception):
-    """The JetStream API did not answer: NATS is down, or JetStream is not enabled."""
+    """The JetStream API did not answer, or answered that it cannot right now: NATS is down,
+    JetStream is not enabled, the connection closed, or the cluster is electing a leader.
+
+    Never the spec's fault, so callers report Reconciling and retry."""
+
+
+def is_transient(code: int, err_code: int) -> bool:
+    """Whether an API error is the cluster's momentary state, not a verdict on the request."""
+    return code == 503 or err_code in TRANSIENT_ERR_CODES
 
 
 class JetStreamApi:
@@ -59,17 +93,21 @@ class JetStreamApi:
         except NatsTimeoutError as error:
             NATS_REQUEST_ERRORS.labels(operation, "timeout").inc()
             raise JetStreamUnavailable("the JetStream API did not answer in time") from error
+        except _CONNECTION_TROUBLE as error:
+            NATS_REQUEST_ERRORS.labels(operation, "connection").inc()
+            raise JetStreamUnavailable(f"the NATS connection is not usable: {error}") from error
         finally:
             NATS_REQUEST_SECONDS.labels(operation).observe(time.perf_counter() - started)
         answer: dict[str, Any] = json.loads(reply.data)
         failure = answer.get("error")
         if failure:
+            code, err_code = int(failure.get("code", 0)), int(failure.get("err_code", 0))
+            description = str(failure.get("description", "unknown error"))
+            if is_transient(code, err_code):
+                NATS_REQUEST_ERRORS.labels(operation, "unavailable").inc()
+                raise JetStreamUnavailable(f"{description} (error {err_code})")
             NATS_REQUEST_ERRORS.labels(operation, "api_error").inc()
-            raise JetStreamError(
-                int(failure.get("code", 0)),
-                int(failure.get("err_code", 0)),
-                str(failure.get("description", "unknown error")),
-            )
+            raise JetStreamError(code, err_code, description)
         return answer
 
     async def stream_info(self, name: str) -> dict[str, Any] | None:

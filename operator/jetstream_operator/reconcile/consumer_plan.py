@@ -15,7 +15,7 @@ from typing import Any
 from ..api.consumer import ConsumerSpec
 from .consumer_config import consumer_differences, desired_consumer_config, immutable_changes
 from .ownership import Owner, recorded_owner
-from .stream_config import FieldDifference, ServerConfig
+from .stream_config import FieldDifference, ServerConfig, owner_difference
 from .stream_plan import InSync, UpdatesPrevented, may_delete, release_request
 
 __all__ = [
@@ -185,9 +185,12 @@ def plan_consumer(
     actual: Mapping[str, Any] = consumer_info.get("config") or {}
     current_owner = recorded_owner(dict(actual))
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
-    if not adoptable and (current_owner is None or current_owner.uid != owner.uid):
+    if not adoptable and not owner.same_resource(current_owner):
         return OwnedElsewhere(spec.durable_name, stream, current_owner)
-    differences = consumer_differences(desired, actual)
+    differences = [
+        *consumer_differences(desired, actual),
+        *owner_difference(owner, current_owner),
+    ]
     if not differences:
         return InSync()
     if spec.prevent_update and not adoptable:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 OWNER_METADATA_KEY = "jetstream-operator.io/owner"
+OWNER_FIELD = "owner"
+"""The name a renewed owner record goes by in a plan's differences."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,17 @@ class Owner:
 
     def describe(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def same_resource(self, other: Owner | None) -> bool:
+        """Whether `other` names the same resource: namespace and name identify an owner.
+
+        The UID is not part of the identity, because a backup restore or a rebuilt cluster gives
+        the same namespace/name a new UID; such a resource re-attaches to what it owned."""
+        return other is not None and (other.namespace, other.name) == (self.namespace, self.name)
+
+    def reattaching(self, recorded: Owner | None) -> bool:
+        """The same resource under a new UID (restored or rebuilt): the record must be renewed."""
+        return recorded is not None and self.same_resource(recorded) and recorded.uid != self.uid
 
 
 def recorded_owner(server_config: dict[str, Any]) -> Owner | None:

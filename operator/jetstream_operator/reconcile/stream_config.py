@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..api.stream import StreamSource, StreamSpec, SubjectTransform
-from .ownership import OWNER_METADATA_KEY, Owner
+from .ownership import OWNER_FIELD, OWNER_METADATA_KEY, Owner
 
 ServerConfig = dict[str, Any]
 
@@ -192,3 +192,13 @@ def config_differences(desired: ServerConfig, actual: ServerConfig) -> list[Fiel
         if _prune({key: want}) != _prune({key: have}):
             differences.append(FieldDifference(key, want, have))
     return differences
+
+
+def owner_difference(owner: Owner, recorded: Owner | None) -> list[FieldDifference]:
+    """The owner record as a difference to repair when the resource re-attaches under a new UID.
+
+    Metadata comparisons leave the owner key out, so without this a restored resource would
+    never renew the record."""
+    if recorded is None or not owner.reattaching(recorded):
+        return []
+    return [FieldDifference(OWNER_FIELD, owner.encode(), recorded.encode())]

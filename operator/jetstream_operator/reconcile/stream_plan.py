@@ -13,6 +13,7 @@ from .stream_config import (
     ServerConfig,
     config_differences,
     desired_stream_config,
+    owner_difference,
     without_create_only,
 )
 
@@ -74,9 +75,9 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
     actual: ServerConfig = info.get("config") or {}
     current_owner = recorded_owner(actual)
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
-    if not adoptable and (current_owner is None or current_owner.uid != owner.uid):
+    if not adoptable and not owner.same_resource(current_owner):
         return OwnedElsewhere(spec.name, current_owner)
-    differences = config_differences(desired, actual)
+    differences = [*config_differences(desired, actual), *owner_difference(owner, current_owner)]
     if not differences:
         return InSync()
     if spec.prevent_update and not adoptable:
@@ -91,11 +92,11 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
 
 
 def may_delete(owner: Owner, info: dict[str, Any] | None) -> bool:
-    """Only a stream this very resource created may be deleted with it."""
+    """Only a stream this resource (by namespace/name) created may be deleted with it."""
     if info is None:
         return False
     current = recorded_owner(info.get("config") or {})
-    return current is not None and current.uid == owner.uid
+    return owner.same_resource(current)
 
 
 def release_request(owner: Owner, info: dict[str, Any]) -> ServerConfig | None:
