@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.base import format_duration
 from ..api.stream import StreamSpec
 from .ownership import OWNER_METADATA_KEY, Owner, recorded_owner
 from .stream_config import (
@@ -128,7 +127,6 @@ def live_state(info: dict[str, Any]) -> dict[str, Any]:
                 "name": replica.get("name", ""),
                 "current": bool(replica.get("current")),
                 "lag": replica.get("lag", 0),
-                "active": format_duration(int(replica.get("active", 0))),
             }
             for replica in cluster.get("replicas") or []
         ],
