@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client, config
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_operator.devenv.paths import KUBERNETES_VERSION
 from tests.integration.conftest import operator_variant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,19 @@ class Helm:
         namespace: str = "jetstream-system",
         release: str = "jso",
     ) -> subprocess.CompletedProcess[str]:
-        return self("template", release, chart, "--namespace", namespace, *set_args(values), *extra)
+        # The cluster's version, as `helm install` and Argo CD give it: our helm is built without
+        # the ldflags that set its default (v1.20), below the chart's kubeVersion.
+        return self(
+            "template",
+            release,
+            chart,
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBERNETES_VERSION,
+            *set_args(values),
+            *extra,
+        )
 
     def render(
         self,

@@ -5,6 +5,7 @@ ServiceAccount token (cluster-wide and namespaced), and what the chart does not 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -288,3 +289,110 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
             verb,
             resource,
         )
+
+
+def _controller_manager_runs(api: client.ApiClient) -> bool:
+    """kube-controller-manager (whose clusterrole-aggregation controller fills the built-in
+    view/edit/admin roles) holds its leader-election lease while it runs."""
+    try:
+        client.CoordinationV1Api(api).read_namespaced_lease(
+            "kube-controller-manager", "kube-system"
+        )
+    except client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def _impersonating(kubeconfig: Path, user: str) -> client.ApiClient:
+    """An admin client that acts as `user` (Impersonate-User), so the real authorizer decides."""
+    api = new_client(kubeconfig)
+    api.set_default_header("Impersonate-User", user)
+    return api
+
+
+def _bind(api: client.ApiClient, namespace: str, user: str, cluster_role: str) -> None:
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"{user}-{cluster_role}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": cluster_role,
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(namespace, binding)
+
+
+def _stream(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "Stream",
+        "metadata": {"name": name},
+        "spec": {"name": name.upper().replace("-", "_"), "subjects": [f"{name}.>"]},
+    }
+
+
+def _user_can(api: client.ApiClient, namespace: str, name: str) -> tuple[bool, bool]:
+    """(may list Streams, may create one), tried for real as the impersonated user."""
+    custom = client.CustomObjectsApi(api)
+    allowed = []
+    for attempt in (
+        lambda: custom.list_namespaced_custom_object(GROUP, "v1alpha1", namespace, "streams"),
+        lambda: custom.create_namespaced_custom_object(
+            GROUP, "v1alpha1", namespace, "streams", _stream(name), dry_run="All"
+        ),
+    ):
+        try:
+            attempt()
+            allowed.append(True)
+        except client.ApiException as error:
+            assert error.status == 403, error
+            allowed.append(False)
+    return allowed[0], allowed[1]
+
+
+@pytest.mark.parametrize("through", ["chart-roles", "built-in-roles"])
+def test_users_bound_to_view_read_and_to_edit_manage_our_kinds(
+    through: str,
+    cluster_release: Release,
+    api_client: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+) -> None:
+    """The chart's aggregated roles, bound directly and (what users do) through the built-in
+    view/edit/admin roles they aggregate into."""
+    if through == "built-in-roles" and not _controller_manager_runs(api_client):
+        pytest.skip(
+            "the built-in view/edit/admin roles are filled by kube-controller-manager's "
+            "clusterrole-aggregation controller, and this control plane runs no "
+            "kube-controller-manager (no kube-system/kube-controller-manager lease)"
+        )
+    prefix = cluster_release.fullname
+    roles = {
+        "viewer": f"{prefix}-view" if through == "chart-roles" else "view",
+        "editor": f"{prefix}-edit" if through == "chart-roles" else "edit",
+        "admin": f"{prefix}-edit" if through == "chart-roles" else "admin",
+    }
+    if through == "chart-roles":  # edit needs view's rules too, as aggregation gives them
+        _bind(api_client, namespace, "editor", f"{prefix}-view")
+        _bind(api_client, namespace, "admin", f"{prefix}-view")
+    for user, role in roles.items():
+        _bind(api_client, namespace, user, role)
+    expected = {"viewer": (True, False), "editor": (True, True), "admin": (True, True)}
+
+    deadline = time.monotonic() + 30  # RBAC (and aggregation) reach the authorizer by watch
+    while True:
+        seen = {
+            user: _user_can(_impersonating(kubeconfig, user), namespace, f"rbac-{user}")
+            for user in roles
+        }
+        if seen == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert seen == expected
+    # Outside the bound namespace nothing is granted.
+    assert _user_can(_impersonating(kubeconfig, "editor"), "default", "rbac-x") == (False, False)
