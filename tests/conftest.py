@@ -68,8 +68,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     wanted: set[str] = set()
     for item in session.items:
         names = set(getattr(item, "fixturenames", ()))
-        if names & {"control_plane", "kubeconfig"} and TARGET is None:
-            wanted |= {"etcd", "kube-apiserver"}
+        # `local_servers` tests start their own control planes (ControlPlane, `dev up`).
+        starts_servers = bool(names & {"control_plane", "kubeconfig"}) or bool(
+            item.get_closest_marker("local_servers")
+        )
+        if starts_servers and TARGET is None:
+            wanted |= {"etcd", "kube-apiserver", "kube-controller-manager"}
         if "kubectl" in names:
             wanted.add("kubectl")
     if wanted:

@@ -6,12 +6,15 @@ import json
 import ssl
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import nats
 import pytest
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from jetstream_operator.devenv import environment, pki
 from jetstream_operator.devenv.controlplane import ControlPlane
@@ -73,6 +76,94 @@ def test_kubectl_works_with_the_kubeconfig(kubeconfig: Path, kubectl: Path) -> N
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "namespace/default"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f}s: {what}")
+        time.sleep(0.5)
+
+
+def gone(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
+def config_map(name: str, owner: client.V1ConfigMap | None = None) -> client.V1ConfigMap:
+    references = None
+    if owner is not None:
+        references = [
+            client.V1OwnerReference(
+                api_version="v1", kind="ConfigMap", name=owner.metadata.name, uid=owner.metadata.uid
+            )
+        ]
+    return client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=name, owner_references=references), data={"k": "v"}
+    )
+
+
+def test_deleted_namespace_is_emptied_and_removed(kubeconfig: Path) -> None:
+    """kube-controller-manager's namespace controller runs: a namespace with content goes away."""
+    api = core_api(kubeconfig)
+    rbac = client.RbacAuthorizationV1Api(api.api_client)
+    name = f"doomed-{uuid.uuid4().hex[:8]}"
+    create_namespace(api, name)
+    api.create_namespaced_config_map(name, config_map("settings"))
+    api.create_namespaced_secret(
+        name, client.V1Secret(metadata=client.V1ObjectMeta(name="token"), string_data={"a": "b"})
+    )
+    rbac.create_namespaced_role(
+        name, client.V1Role(metadata=client.V1ObjectMeta(name="reader"), rules=[])
+    )
+
+    api.delete_namespace(name)
+
+    wait_for(lambda: gone(lambda: api.read_namespace(name)), 120, f"namespace {name} removed")
+    # Recreated under the same name, it starts empty: the content was deleted, not hidden.
+    create_namespace(api, name)
+    try:
+        assert api.list_namespaced_config_map(name).items == []
+        assert api.list_namespaced_secret(name).items == []
+        assert rbac.list_namespaced_role(name).items == []
+    finally:
+        api.delete_namespace(name)
+
+
+def test_garbage_collector_follows_owner_references(kubeconfig: Path) -> None:
+    """Dependents of a deleted owner are collected; with `Orphan` they stay, unowned."""
+    api = core_api(kubeconfig)
+    namespace = f"gc-{uuid.uuid4().hex[:8]}"
+    create_namespace(api, namespace)
+    try:
+        owner = api.create_namespaced_config_map(namespace, config_map("owner"))
+        api.create_namespaced_config_map(namespace, config_map("dependent", owner))
+        kept_owner = api.create_namespaced_config_map(namespace, config_map("kept-owner"))
+        api.create_namespaced_config_map(namespace, config_map("orphan", kept_owner))
+
+        api.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
+        api.delete_namespaced_config_map("kept-owner", namespace, propagation_policy="Orphan")
+
+        wait_for(
+            lambda: gone(lambda: api.read_namespaced_config_map("dependent", namespace)),
+            120,
+            "the dependent of a deleted owner collected",
+        )
+        wait_for(
+            lambda: gone(lambda: api.read_namespaced_config_map("kept-owner", namespace)),
+            120,
+            "the owner deleted with Orphan removed once its dependents are released",
+        )
+        orphan = api.read_namespaced_config_map("orphan", namespace)
+        assert not orphan.metadata.owner_references
+    finally:
+        api.delete_namespace(namespace)
 
 
 def test_apiserver_restart_keeps_data_and_port(tmp_path: Path) -> None:
@@ -148,6 +239,7 @@ def test_environment_up_is_detached_idempotent_and_down_stops_everything(tmp_pat
         assert {record.name for record in state.processes} == {
             "etcd",
             "kube-apiserver",
+            "kube-controller-manager",
             "nats-0",
         }
         report = environment.status(state_dir)
@@ -160,7 +252,7 @@ def test_environment_up_is_detached_idempotent_and_down_stops_everything(tmp_pat
     finally:
         stopped = environment.down(state_dir)
 
-    assert sorted(stopped) == ["etcd", "kube-apiserver", "nats-0"]
+    assert sorted(stopped) == ["etcd", "kube-apiserver", "kube-controller-manager", "nats-0"]
     assert not any(record.is_running() for record in state.processes)
     assert not state_dir.exists()
     assert not environment.status(state_dir).healthy

@@ -1,8 +1,10 @@
-"""A real Kubernetes control plane without nodes: etcd plus kube-apiserver on loopback.
+"""A real Kubernetes control plane without nodes: etcd, kube-apiserver, kube-controller-manager.
 
 The operator only talks to the API server, so this is all it needs to run for real: RBAC,
 admission, CRD validation, watches and resourceVersion conflicts all behave as in a cluster.
-Controllers (namespace finalization, garbage collection) do not run; tests must not rely on them.
+kube-controller-manager runs the namespace and garbage-collector controllers, so a deleted
+namespace is emptied and removed and dependents follow their owners as in a cluster. Nothing
+schedules or runs pods: there is no node.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import ssl
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -21,6 +24,9 @@ from .processes import ManagedProcess, ProcessDied, ProcessRecord, http_get, htt
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTEXT_NAME = "jetstream-operator-dev"
+# What a nodeless control plane needs of kube-controller-manager: namespaces are finalized and
+# ownerReferences honoured. Other controllers only act on pods, nodes and their workloads.
+DEFAULT_CONTROLLERS = ("namespace-controller", "garbage-collector-controller")
 _PORT_RETRIES = 3
 
 
@@ -30,16 +36,19 @@ def _port_race(fixed_ports: bool, attempt: int, process: ManagedProcess) -> bool
 
 
 class ControlPlane:
-    """etcd + kube-apiserver in `workdir`; ports are chosen once and kept across restarts."""
+    """etcd, kube-apiserver, kube-controller-manager in `workdir`; ports kept across restarts."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, controllers: Sequence[str] = DEFAULT_CONTROLLERS) -> None:
         self.workdir = workdir.resolve()
+        self.controllers = tuple(controllers)
         self.etcd_client_port = 0
         self.etcd_peer_port = 0
         self.apiserver_port = 0
+        self.controller_manager_port = 0
         self._pki: ControlPlanePki | None = None
         self._etcd: ManagedProcess | None = None
         self._apiserver: ManagedProcess | None = None
+        self._controller_manager: ManagedProcess | None = None
 
     # -- where things are -------------------------------------------------------------------
 
@@ -56,6 +65,14 @@ class ControlPlane:
         return self.workdir / "kubeconfig"
 
     @property
+    def controller_manager_kubeconfig(self) -> Path:
+        return self.workdir / "controller-manager.kubeconfig"
+
+    @property
+    def controller_manager_url(self) -> str:
+        return f"https://{LOOPBACK}:{self.controller_manager_port}"
+
+    @property
     def pki(self) -> ControlPlanePki:
         if self._pki is None:
             self._pki = control_plane_pki(self.workdir / "pki")
@@ -69,11 +86,21 @@ class ControlPlane:
         return {
             "etcd": self.workdir / "etcd.log",
             "kube-apiserver": self.workdir / "kube-apiserver.log",
+            "kube-controller-manager": self.workdir / "kube-controller-manager.log",
         }
 
     def records(self) -> list[ProcessRecord]:
-        """Running processes, for stopping them from another Python process (`dev down`)."""
-        return [p.record() for p in (self._etcd, self._apiserver) if p is not None and p.running]
+        """Running processes in start order, for stopping them from another process (`dev down`)."""
+        processes = (self._etcd, self._apiserver, self._controller_manager)
+        return [p.record() for p in processes if p is not None and p.running]
+
+    def health_urls(self) -> dict[str, str]:
+        """Process name -> the URL that answers 200 while it is healthy."""
+        return {
+            "etcd": f"{self.etcd_url}/health",
+            "kube-apiserver": f"{self.url}/readyz",
+            "kube-controller-manager": f"{self.controller_manager_url}/healthz",
+        }
 
     def ssl_context(self) -> ssl.SSLContext:
         """Trusts our CA and presents the admin (system:masters) client certificate."""
@@ -84,19 +111,22 @@ class ControlPlane:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, timeout: float = 180.0) -> None:
-        """Start etcd, then kube-apiserver; return once `/readyz` passes and `default` exists."""
-        tools = ensure_tools(["etcd", "kube-apiserver"])
+        """Start etcd, kube-apiserver, kube-controller-manager; return once each is healthy."""
+        tools = ensure_tools(["etcd", "kube-apiserver", "kube-controller-manager"])
         self.workdir.mkdir(parents=True, exist_ok=True)
         _ = self.pki
         try:
             self._start_etcd(tools["etcd"], timeout)
             self._start_apiserver(tools["kube-apiserver"], timeout)
+            self._start_controller_manager(tools["kube-controller-manager"], timeout)
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
-        """Stop kube-apiserver first so it never sees etcd vanish; safe to call repeatedly."""
+        """Stop clients before the servers they use, etcd last; safe to call repeatedly."""
+        if self._controller_manager is not None:
+            self._controller_manager.stop()
         self.stop_apiserver()
         if self._etcd is not None:
             self._etcd.stop()
@@ -120,13 +150,37 @@ class ControlPlane:
 
     # -- internals --------------------------------------------------------------------------
 
+    def _start_on_free_ports(
+        self,
+        fixed: bool,
+        pick_ports: Callable[[], None],
+        make: Callable[[], ManagedProcess],
+        probe: Callable[[], bool],
+        timeout: float,
+        what: str,
+    ) -> ManagedProcess:
+        """Start a server and wait for `probe`; ports not yet `fixed` are re-picked on a race."""
+        for attempt in range(_PORT_RETRIES):
+            if not fixed:
+                pick_ports()
+            process = make()
+            process.start()
+            try:
+                process.wait_until(probe, timeout, what)
+                return process
+            except ProcessDied:
+                if not _port_race(fixed, attempt, process):
+                    raise
+        raise AssertionError("unreachable: the last attempt raises")
+
     def _start_etcd(self, binary: Path, timeout: float) -> None:
         if self._etcd is not None and self._etcd.running:
             return
-        fixed = self.etcd_client_port != 0
-        for attempt in range(_PORT_RETRIES):
-            if not fixed:
-                self.etcd_client_port, self.etcd_peer_port = free_port(), free_port()
+
+        def pick_ports() -> None:
+            self.etcd_client_port, self.etcd_peer_port = free_port(), free_port()
+
+        def make() -> ManagedProcess:
             peer = f"http://{LOOPBACK}:{self.etcd_peer_port}"
             self._etcd = ManagedProcess(
                 "etcd",
@@ -146,13 +200,16 @@ class ControlPlane:
                 ],
                 self.logs()["etcd"],
             )
-            self._etcd.start()
-            try:
-                self._etcd.wait_until(self._etcd_healthy, timeout, "healthy /health")
-                return
-            except ProcessDied:
-                if not _port_race(fixed, attempt, self._etcd):
-                    raise
+            return self._etcd
+
+        self._start_on_free_ports(
+            self.etcd_client_port != 0,
+            pick_ports,
+            make,
+            self._etcd_healthy,
+            timeout,
+            "healthy /health",
+        )
 
     def _etcd_healthy(self) -> bool:
         status, body = http_get(f"{self.etcd_url}/health")
@@ -189,23 +246,76 @@ class ControlPlane:
     def _start_apiserver(self, binary: Path, timeout: float) -> None:
         if self._apiserver is not None and self._apiserver.running:
             return
-        fixed = self.apiserver_port != 0
-        for attempt in range(_PORT_RETRIES):
-            if not fixed:
-                self.apiserver_port = free_port()
-            apiserver = self._apiserver = ManagedProcess(
+
+        def pick_port() -> None:
+            self.apiserver_port = free_port()
+
+        def make() -> ManagedProcess:
+            self._apiserver = ManagedProcess(
                 "kube-apiserver", self._apiserver_argv(binary), self.logs()["kube-apiserver"]
             )
-            apiserver.start()
-            try:
-                apiserver.wait_until(self.healthy, timeout, "passing /readyz")
-            except ProcessDied:
-                if not _port_race(fixed, attempt, apiserver):
-                    raise
-                continue
-            self._write_kubeconfig()
-            apiserver.wait_until(self._ensure_default_namespace, 30.0, "default namespace")
+            return self._apiserver
+
+        apiserver = self._start_on_free_ports(
+            self.apiserver_port != 0, pick_port, make, self.healthy, timeout, "passing /readyz"
+        )
+        pki = self.pki
+        self._write_kubeconfig(self.kubeconfig, pki.admin_cert, pki.admin_key)
+        self._write_kubeconfig(
+            self.controller_manager_kubeconfig,
+            pki.controller_manager_cert,
+            pki.controller_manager_key,
+        )
+        apiserver.wait_until(self._ensure_default_namespace, 30.0, "default namespace")
+
+    def _controller_manager_argv(self, binary: Path) -> list[str]:
+        pki = self.pki
+        kubeconfig = self.controller_manager_kubeconfig
+        return [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            # No delegated authn/authz: only /healthz is probed, and it is always allowed.
+            f"--secure-port={self.controller_manager_port}",
+            f"--bind-address={LOOPBACK}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={pki.service_account_key}",
+            # Each controller acts as its own service account with its bootstrap RBAC role.
+            "--use-service-account-credentials=true",
+            f"--controllers={','.join(self.controllers)}",
+            "--leader-elect=false",
+            "--profiling=false",
+        ]
+
+    def _start_controller_manager(self, binary: Path, timeout: float) -> None:
+        if self._controller_manager is not None and self._controller_manager.running:
             return
+
+        def pick_port() -> None:
+            self.controller_manager_port = free_port()
+
+        def make() -> ManagedProcess:
+            self._controller_manager = ManagedProcess(
+                "kube-controller-manager",
+                self._controller_manager_argv(binary),
+                self.logs()["kube-controller-manager"],
+            )
+            return self._controller_manager
+
+        self._start_on_free_ports(
+            self.controller_manager_port != 0,
+            pick_port,
+            make,
+            self._controller_manager_healthy,
+            timeout,
+            "passing /healthz",
+        )
+
+    def _controller_manager_healthy(self) -> bool:
+        status, _ = http_get(f"{self.controller_manager_url}/healthz", self.ssl_context())
+        return status == 200
 
     def _ensure_default_namespace(self) -> bool:
         """The apiserver creates `default` itself shortly after start; create it if it lags."""
@@ -220,8 +330,8 @@ class ControlPlane:
             )
         return status == 200
 
-    def _write_kubeconfig(self) -> None:
-        """A self-contained kubeconfig (embedded PEM data) for the admin user."""
+    def _write_kubeconfig(self, path: Path, client_cert: Path, client_key: Path) -> None:
+        """A self-contained kubeconfig (embedded PEM data) for one client certificate."""
         pki = self.pki
 
         def b64(path: Path) -> str:
@@ -240,8 +350,8 @@ class ControlPlane:
                 {
                     "name": CONTEXT_NAME,
                     "user": {
-                        "client-certificate-data": b64(pki.admin_cert),
-                        "client-key-data": b64(pki.admin_key),
+                        "client-certificate-data": b64(client_cert),
+                        "client-key-data": b64(client_key),
                     },
                 }
             ],
@@ -257,9 +367,9 @@ class ControlPlane:
             ],
             "current-context": CONTEXT_NAME,
         }
-        partial = self.kubeconfig.with_suffix(".partial")
+        partial = path.with_suffix(".partial")
         partial.unlink(missing_ok=True)
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             yaml.safe_dump(config, handle, sort_keys=False)
-        os.replace(partial, self.kubeconfig)
+        os.replace(partial, path)

@@ -183,10 +183,7 @@ def _state_of(
     state_dir: Path, control_plane: ControlPlane, nats: NatsServer | NatsCluster
 ) -> DevState:
     nodes = nats.nodes if isinstance(nats, NatsCluster) else [nats]
-    health_urls = {
-        "etcd": f"{control_plane.etcd_url}/health",
-        "kube-apiserver": f"{control_plane.url}/readyz",
-    }
+    health_urls = control_plane.health_urls()
     health_urls.update({node.name: f"{node.monitor_url}/healthz" for node in nodes})
     return DevState(
         state_dir=state_dir,

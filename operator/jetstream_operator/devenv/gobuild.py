@@ -1,4 +1,4 @@
-"""Build the pinned Go tools (etcd, kube-apiserver, kubectl, helm) once into the cache.
+"""Build the pinned Go tools (etcd, Kubernetes components, kubectl, helm) once into the cache.
 
 No container engine or release download is needed: the Go module proxy serves the sources and
 the modules under `gotools/` pin exact versions. Builds are atomic and serialized by a file lock,
@@ -23,7 +23,12 @@ from pathlib import Path
 from .paths import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, bin_dir, cache_root
 
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
-ALL_TOOLS = ("etcd", "kube-apiserver", "kubectl", "helm")
+# What `make tools` builds: the default local environment (`ControlPlane`) plus kubectl and helm.
+ALL_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
+# The node's components (`dev up --node`), built only when a node is asked for.
+NODE_TOOLS = ("kube-scheduler", "kubelet", "kube-proxy")
+# Commands of the k8s.io/kubernetes module, all built from `gotools/kube` at one version.
+_KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl", *NODE_TOOLS)
 
 
 def _kube_ldflags(version: str) -> tuple[str, ...]:
@@ -56,20 +61,16 @@ class GoTool:
 
 TOOLS: dict[str, GoTool] = {
     "etcd": GoTool("etcd", "etcd", ".", ETCD_VERSION),
-    "kube-apiserver": GoTool(
-        "kube-apiserver",
-        "kube",
-        "k8s.io/kubernetes/cmd/kube-apiserver",
-        KUBERNETES_VERSION,
-        _kube_ldflags(KUBERNETES_VERSION),
-    ),
-    "kubectl": GoTool(
-        "kubectl",
-        "kube",
-        "k8s.io/kubernetes/cmd/kubectl",
-        KUBERNETES_VERSION,
-        _kube_ldflags(KUBERNETES_VERSION),
-    ),
+    **{
+        name: GoTool(
+            name,
+            "kube",
+            f"k8s.io/kubernetes/cmd/{name}",
+            KUBERNETES_VERSION,
+            _kube_ldflags(KUBERNETES_VERSION),
+        )
+        for name in _KUBE_COMMANDS
+    },
     "helm": GoTool(
         "helm",
         "helm",

@@ -23,6 +23,9 @@ LOOPBACK_IPS = ("127.0.0.1",)
 LOOPBACK_DNS = ("localhost",)
 ADMIN_USER = "jetstream-operator-admin"
 ADMIN_GROUP = "system:masters"
+# The identity RBAC's bootstrap policy grants kube-controller-manager (it then mints a token per
+# controller service account, so each controller runs with its own bootstrap role).
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 # Backdated so a few seconds of clock skew between processes never makes a fresh cert invalid.
 _BACKDATE = datetime.timedelta(hours=1)
@@ -198,6 +201,8 @@ class ControlPlanePki:
     serving_key: Path
     admin_cert: Path
     admin_key: Path
+    controller_manager_cert: Path
+    controller_manager_key: Path
     service_account_key: Path
     service_account_pub: Path
 
@@ -220,6 +225,8 @@ def control_plane_pki(directory: Path) -> ControlPlanePki:
         serving_key=directory / "serving.key",
         admin_cert=directory / "admin.crt",
         admin_key=directory / "admin.key",
+        controller_manager_cert=directory / "controller-manager.crt",
+        controller_manager_key=directory / "controller-manager.key",
         service_account_key=directory / "sa.key",
         service_account_pub=directory / "sa.pub",
     )
@@ -229,6 +236,7 @@ def control_plane_pki(directory: Path) -> ControlPlanePki:
     ca.write(directory, "ca")
     issue_serving_cert(ca, "kube-apiserver").write(directory, "serving")
     issue_client_cert(ca, ADMIN_USER, [ADMIN_GROUP]).write(directory, "admin")
+    issue_client_cert(ca, CONTROLLER_MANAGER_USER).write(directory, "controller-manager")
     sa_key = new_key()
     _write_secret(pki.service_account_key, private_key_pem(sa_key))
     pki.service_account_pub.write_bytes(public_key_pem(sa_key))
@@ -243,6 +251,8 @@ def _files(pki: ControlPlanePki) -> list[Path]:
         pki.serving_key,
         pki.admin_cert,
         pki.admin_key,
+        pki.controller_manager_cert,
+        pki.controller_manager_key,
         pki.service_account_key,
         pki.service_account_pub,
     ]
