@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -18,16 +20,24 @@ from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
 from .handlers.arrivals import StreamArrivals
 from .handlers.connections import ConnectionDirectory, WatcherSet
-from .handlers.drift import DriftWatcher, WatchSettings, status_patch
-from .handlers.registry import ConnectionKey, ResourceRegistry, consumer_stream, ready_counts
-from .handlers.results import Result, deletion_blocked, paused, unavailable
+from .handlers.drift import DriftWatcher, WatchSettings
+from .handlers.failures import NO_BASIS, FailureMemories, FailureMemory, History
+from .handlers.registry import (
+    ConnectionKey,
+    ResourceRegistry,
+    consumer_stream,
+    ready_counts,
+    spec_connection_key,
+)
+from .handlers.results import Result, deletion_blocked, paused, released, unavailable
+from .handlers.status_writes import StatusBudget, status_changes, status_patch
 from .k8s.client import api_client
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
-from .reconcile.conditions import conditions_for
+from .reconcile.conditions import Outcome
 from .reconcile.ownership import Owner
 from .settings import OperatorSettings, default_target
 
@@ -40,6 +50,10 @@ HANDLER_FINALIZE = "finalize"
 
 
 PAUSE_ANNOTATION = f"{GROUP}/paused"
+SECRET_FINALIZER = f"{GROUP}/in-use"
+"""Held on the Secrets of a working NatsConnection until the connection is deleted."""
+RELEASE_ANNOTATION = f"{GROUP}/release-finalizer"
+"""Set to "true" on a resource being deleted to let it go without touching NATS (NATS gone)."""
 
 
 @kopf.on.startup()
@@ -73,6 +87,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.consumers = ResourceRegistry()
     memo.arrivals = StreamArrivals()
     memo.natsconnections = ResourceRegistry()
+    memo.failures = FailureMemories(
+        lambda: FailureMemory(
+            base_delay=operator_settings.retry_base_delay,
+            max_delay=operator_settings.retry_max_delay,
+        )
+    )
+    budget = memo.budget = StatusBudget(
+        interval=operator_settings.status_interval,
+        rate=operator_settings.status_writes_per_second,
+    )
     kubernetes = api_client()
     if operator_settings.peering:
         peering_check = PeeringCheck(
@@ -108,6 +132,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             watch_settings,
             key,
             may_act=peering_check.active if peering_check else None,
+            failures=memo.failures.for_connection(key),
+            budget=budget,
         )
 
     memo.watchers = WatcherSet(make_watcher)
@@ -155,26 +181,27 @@ def _report(
     patch: kopf.Patch,
     status: kopf.Status,
     generation: int | None,
-    retry: int,
-    settings: OperatorSettings,
+    deleting: bool = False,
 ) -> None:
-    """Write the outcome into status, post events, and ask kopf to retry with backoff."""
+    """Write what changed into status and post events. Only a deletion is retried through
+    kopf (its finalizer must stay until done); every other retry belongs to drift repair's
+    failure memory, which backs off without writing anything in between."""
     metrics.observe(
         kind,
         result.outcome.reason,
         (event.reason for event in result.events),
         time.perf_counter() - started,
     )
-    patch.status["observedGeneration"] = generation
-    patch.status["conditions"] = conditions_for(
-        result.outcome, generation, status.get("conditions") or []
-    )
-    for key, value in result.status.items():
+    for key, value in status_changes(status, result, generation).items():
         patch.status[key] = value
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    if result.retry:
-        raise kopf.TemporaryError(result.outcome.message, delay=settings.retry_delay(retry))
+    if deleting and result.retry:
+        raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
+
+
+RETRY_FALLBACK = 5.0
+"""Seconds before kopf retries a deletion whose pass set no delay of its own."""
 
 
 @kopf.on.event(GROUP, VERSION, STREAM.plural)
@@ -183,10 +210,33 @@ async def remember_stream(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> No
 
     Async on purpose, as are the other registry handlers: kopf runs plain functions in a thread
     pool, and the registries are read by the event loop without locks."""
-    memo.streams.observe(event.get("type"), event.get("object") or {})
+    _observe(memo, memo.streams, event)
 
 
-Work = Callable[[JetStreamApi, Owner, OperatorSettings], Awaitable[Result]]
+def _observe(memo: kopf.Memo, registry: ResourceRegistry, event: kopf.RawEvent) -> None:
+    body = event.get("object") or {}
+    registry.observe(event.get("type"), body)
+    if event.get("type") == "DELETED":
+        uid = str((body.get("metadata") or {}).get("uid", ""))
+        memo.failures.forget(uid)
+        memo.budget.forget(uid)
+
+
+RESUME_SPREAD = 10.0
+"""Seconds over which a restarted operator spreads its first passes of resources not Ready."""
+
+
+def _ready_as_is(status: Mapping[str, Any], generation: int | None) -> bool:
+    """Ready for the current generation, as the last operator left it."""
+    if status.get("observedGeneration") != generation:
+        return False
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in status.get("conditions") or []
+    )
+
+
+Work = Callable[[JetStreamApi, Owner, OperatorSettings, History], Awaitable[Result]]
 
 
 async def _handle(
@@ -202,24 +252,36 @@ async def _handle(
     patch: kopf.Patch,
     namespace: str | None,
     name: str | None,
-    retry: int,
+    reason: str,
     memo: kopf.Memo,
 ) -> None:
-    """What every Stream and Consumer handler does around its own work: honour the pause
-    annotation, hold the resource's lock, find its connection, and report."""
+    """What every Stream and Consumer handler does around its own work: honour the pause and
+    release annotations, hold the resource's lock, find its connection, and report."""
     started = time.perf_counter()
     settings: OperatorSettings = memo.settings
     owner = _owner(meta, namespace, name)
-    if not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
+    if reason == kopf.Reason.RESUME and not deleting:
+        if _ready_as_is(status, meta.get("generation")):
+            return  # drift repair's first listing checks it, at a page per 256 resources
+        await asyncio.sleep(random.uniform(0.0, RESUME_SPREAD))
+    memory: FailureMemory = memo.failures.for_connection(spec_connection_key(owner.namespace, spec))
+    history = History(meta.get("generation"), status, memory)
+    what = f"{kind.singular} {spec.get('name') or spec.get('durableName')}"
+    if deleting and meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true":
+        result = released(what, RELEASE_ANNOTATION)
+    elif not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
         result = paused(PAUSE_ANNOTATION)
     else:
         async with registry.lock(owner.uid):
             try:
                 jetstream = await _jetstream(memo, owner.namespace, spec)
-                result = await work(jetstream, owner, settings)
+                result = await work(jetstream, owner, settings, history)
             except JetStreamUnavailable as error:
-                what = f"{kind.singular} {spec.get('name') or spec.get('durableName')}"
                 result = deletion_blocked(what, error) if deleting else unavailable(error)
+                if not deleting:
+                    result = memory.settle(owner.uid, NO_BASIS, result)
+    if deleting:
+        result = memory.settle(owner.uid, NO_BASIS, result, history.ready_condition())
     _report(
         result,
         kind=kind.kind,
@@ -228,8 +290,7 @@ async def _handle(
         patch=patch,
         status=status,
         generation=meta.get("generation"),
-        retry=retry,
-        settings=settings,
+        deleting=deleting,
     )
 
 
@@ -239,9 +300,11 @@ async def _handle(
 async def reconcile_stream(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+    async def work(
+        jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
+    ) -> Result:
         result = await stream_handlers.reconcile(
-            spec, owner, jetstream, read_only=settings.read_only
+            spec, owner, jetstream, read_only=settings.read_only, history=history
         )
         if any(event.reason in {"Created", "Recreated"} for event in result.events):
             memo.arrivals.announce(str(spec.get("name")))
@@ -267,7 +330,9 @@ async def reconcile_stream(
 async def finalize_stream(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+    async def work(
+        jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
+    ) -> Result:
         return await stream_handlers.finalize(spec, owner, jetstream, read_only=settings.read_only)
 
     await _handle(
@@ -285,7 +350,7 @@ async def finalize_stream(
 
 @kopf.on.event(GROUP, VERSION, CONSUMER.plural)
 async def remember_consumer(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.consumers.observe(event.get("type"), event.get("object") or {})
+    _observe(memo, memo.consumers, event)
 
 
 STREAM_ARRIVAL_TIMEOUT = 5.0
@@ -312,7 +377,9 @@ async def reconcile_consumer(
         arrivals: StreamArrivals = memo.arrivals
         return await arrivals.wait(stream, STREAM_ARRIVAL_TIMEOUT)
 
-    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+    async def work(
+        jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
+    ) -> Result:
         return await consumer_handlers.reconcile(
             spec,
             owner,
@@ -320,6 +387,7 @@ async def reconcile_consumer(
             stream_name=_resolved_stream(memo, owner, spec),
             read_only=settings.read_only,
             stream_arrival=stream_arrival,
+            history=history,
         )
 
     await _handle(
@@ -339,12 +407,18 @@ async def reconcile_consumer(
 async def finalize_consumer(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    async def work(jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings) -> Result:
+    async def work(
+        jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
+    ) -> Result:
+        # The Stream resource may be gone already, or not yet known after a restart: status
+        # recorded which stream the consumer was created on.
+        recorded = status.get("streamName")
         return await consumer_handlers.finalize(
             spec,
             owner,
             jetstream,
-            stream_name=_resolved_stream(memo, owner, spec),
+            stream_name=_resolved_stream(memo, owner, spec)
+            or (recorded if isinstance(recorded, str) else None),
             read_only=settings.read_only,
         )
 
@@ -363,7 +437,7 @@ async def finalize_consumer(
 
 def _kopf_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The kopf keyword arguments `_handle` uses, out of all those kopf passes."""
-    keys = ("body", "patch", "namespace", "name", "retry")
+    keys = ("body", "patch", "namespace", "name", "reason")
     return {key: kwargs[key] for key in keys}
 
 
@@ -373,18 +447,37 @@ async def remember_connection(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -
 
 
 async def _check_connection(memo: kopf.Memo, spec: kopf.Spec, namespace: str, name: str) -> Result:
-    """Connect with the connection's current Secrets; switch users over when they changed."""
+    """Connect with the connection's current Secrets; switch users over when they changed.
+
+    A working connection holds its Secrets with a finalizer, so the Streams and Consumers that
+    use it can still be deleted in NATS after a namespace deletion removed everything at once."""
     result, target = await connection_handlers.check(spec, namespace, name, memo.secrets, memo.pool)
+    if target is not None:
+        for secret in connection_handlers.secret_names(spec):
+            await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
     if memo.directory.remember((namespace, name), target):
         memo.watchers.sync(memo.directory.known())
         await memo.pool.retain(memo.directory.known().values())
     return result
 
 
+async def _release_secrets(
+    memo: kopf.Memo, namespace: str, names: Iterable[str], leaving: str
+) -> None:
+    """Let go of Secrets no other NatsConnection of the namespace still reads."""
+    still_read: set[str] = set()
+    for other in memo.natsconnections:
+        if other.owner.namespace == namespace and other.owner.name != leaving:
+            still_read |= connection_handlers.secret_names(other.spec)
+    for secret in set(names) - still_read:
+        await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, False)
+
+
 @kopf.on.resume(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
 @kopf.on.create(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
 @kopf.on.update(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
 async def reconcile_connection(
+    old: kopf.BodyEssence | Any,
     body: kopf.Body,
     spec: kopf.Spec,
     meta: kopf.Meta,
@@ -392,12 +485,16 @@ async def reconcile_connection(
     patch: kopf.Patch,
     namespace: str | None,
     name: str | None,
-    retry: int,
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
     started = time.perf_counter()
     result = await _check_connection(memo, spec, namespace or "", name or "")
+    dropped = connection_handlers.secret_names((old or {}).get("spec") or {}) - (
+        connection_handlers.secret_names(spec)
+    )
+    if dropped:
+        await _release_secrets(memo, namespace or "", dropped, leaving="")
     _report(
         result,
         kind=NATS_CONNECTION.kind,
@@ -406,8 +503,6 @@ async def reconcile_connection(
         patch=patch,
         status=status,
         generation=meta.get("generation"),
-        retry=retry,
-        settings=memo.settings,
     )
 
 
@@ -438,10 +533,63 @@ async def recheck_connection(
             )
 
 
-@kopf.on.delete(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_FINALIZE, optional=True)
-async def forget_connection(
-    namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
+@kopf.on.delete(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_FINALIZE)
+async def finalize_connection(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    namespace: str | None,
+    name: str | None,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
-    if memo.directory.remember((namespace or "", name or ""), None):
-        memo.watchers.sync(memo.directory.known())
-        await memo.pool.retain(memo.directory.known().values())
+    """A connection goes only after the Streams and Consumers using it are gone, as a
+    PersistentVolumeClaim waits for its pods, so their deletion in NATS can still connect."""
+    started = time.perf_counter()
+    namespace, name = namespace or "", name or ""
+    released_by_person = meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true"
+    users = [] if released_by_person else await _connection_users(memo, namespace, name)
+    if users:
+        shown = ", ".join(users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
+        result = Result(
+            Outcome(
+                False,
+                "InUse",
+                f"NatsConnection {name} is still used by {shown}; it is deleted once they are "
+                "(delete them, or point them at another connection)",
+            ),
+            retry=True,
+        )
+    else:
+        if memo.directory.remember((namespace, name), None):
+            memo.watchers.sync(memo.directory.known())
+            await memo.pool.retain(memo.directory.known().values())
+        await _release_secrets(
+            memo, namespace, connection_handlers.secret_names(spec), leaving=name
+        )
+        result = Result(Outcome(True, "Deleted", f"NatsConnection {name} released"))
+    memory: FailureMemory = memo.failures.for_connection(None)
+    result = memory.settle(str(meta.get("uid", "")), NO_BASIS, result)
+    _report(
+        result,
+        kind=NATS_CONNECTION.kind,
+        started=started,
+        body=body,
+        patch=patch,
+        status=status,
+        generation=meta.get("generation"),
+        deleting=True,
+    )
+
+
+async def _connection_users(memo: kopf.Memo, namespace: str, name: str) -> list[str]:
+    """Streams and Consumers of the namespace naming this connection, read from the API."""
+    writer: ResourceWriter = memo.writer
+    users = []
+    for kind in (STREAM, CONSUMER):
+        for item in await writer.list_objects(kind.plural, namespace):
+            if (item.get("spec") or {}).get("connectionRef") == name:
+                users.append(f"{kind.kind} {item['metadata']['name']}")
+    return users

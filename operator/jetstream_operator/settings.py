@@ -34,6 +34,12 @@ class OperatorSettings(BaseSettings):
     """Seconds within which every consumer is listed even if nothing announced a change; this
     is also how often an idle consumer's delivered/pending figures in status refresh. Changes
     made by anyone else are seen at once through advisories, whatever this is."""
+    status_interval: float = Field(default=60.0, ge=0)
+    """Seconds between status writes of a resource whose only changes are traffic counters
+    (messages, bytes, sequences, pending); conditions and spec-driven changes are never held."""
+    status_writes_per_second: float = Field(default=5.0, gt=0)
+    """Counter-only status writes per second over all resources, so thousands of busy streams
+    cannot flood the API server; the rest wait for a later pass."""
     advisories: bool = True
     """Repair out-of-band changes as soon as the server announces them."""
     read_only: bool = False

@@ -56,6 +56,8 @@ SESSION_OPERATOR_ENV = {
     "JETSTREAM_OPERATOR_CONSUMER_RESYNC_INTERVAL": "2",
     "JETSTREAM_OPERATOR_RETRY_BASE_DELAY": "0.5",
     "JETSTREAM_OPERATOR_RETRY_MAX_DELAY": "5",
+    # Live counters follow within a resync; the budget itself is tested with its defaults.
+    "JETSTREAM_OPERATOR_STATUS_INTERVAL": "1",
 }
 
 

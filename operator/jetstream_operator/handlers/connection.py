@@ -21,6 +21,14 @@ def api_prefix(spec: NatsConnectionSpec) -> str:
     return spec.api_prefix or "$JS.API"
 
 
+def secret_names(spec_body: Mapping[str, Any]) -> set[str]:
+    """The Secrets a NatsConnection spec reads; none when the spec is invalid."""
+    try:
+        return NatsConnectionSpec.model_validate(dict(spec_body)).secret_names()
+    except ValidationError:
+        return set()
+
+
 async def resolve(
     spec: NatsConnectionSpec, namespace: str, name: str, secrets: SecretReader
 ) -> ConnectionTarget:

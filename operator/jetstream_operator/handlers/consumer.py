@@ -26,12 +26,15 @@ from ..reconcile.consumer_plan import (
     plan_consumer,
     release_request,
 )
-from ..reconcile.ownership import Owner
+from ..reconcile.ownership import Owner, recorded_owner
+from .failures import Basis, History, failure_basis
 from .results import (
     Event,
     Result,
     deletion_blocked,
     needs_a_person,
+    not_converging,
+    reattached_event,
     server_rejected,
     unavailable,
     updates_prevented,
@@ -52,31 +55,39 @@ async def reconcile(
     known_stream_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
     stream_arrival: Callable[[str], Awaitable[bool]] | None = None,
+    history: History | None = None,
 ) -> Result:
     """Bring the consumer in line with the spec. `stream_name` is the resolved stream (None
     while a streamRef points at no Stream resource yet). `known_info` / `known_stream_info`
     come from listings and save a request each when the consumer turns out to be in sync.
-    `stream_arrival`, if given, may wait once for a missing stream that is being created."""
+    `stream_arrival`, if given, may wait once for a missing stream that is being created.
+    `history` brings backoff, one Warning per distinct failure, and the repeat guard."""
     try:
         consumer_spec = ConsumerSpec.model_validate(dict(spec))
     except ValidationError as error:
-        return Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
+        result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
+        return _settled(history, owner, None, None, result)
     name = consumer_spec.durable_name
     events: list[Event] = []
     outcome = Outcome(True, "Synced", f"consumer {name} matches the spec")
+    stream_info: Mapping[str, Any] | None = None
+    info: dict[str, Any] | None = None
     try:
         stream = stream_name or consumer_spec.stream_name
-        stream_info: Mapping[str, Any] | None = known_stream_info
+        stream_info = known_stream_info
         if stream_info is None and stream:
             stream_info = await jetstream.stream_info(stream)
         limits = ((stream_info or {}).get("config") or {}).get("consumer_limits")
-        info: dict[str, Any] | None = None
         if stream and stream_info is not None:
             info = (
                 dict(known_info)
                 if known_info is not None
                 else await jetstream.consumer_info(stream, name)
             )
+        if history is not None:
+            held = history.memory.held(owner.uid, _basis(history, stream_info, info))
+            if held is not None:
+                return held
         for _ in range(_MAX_STEPS):
             action = plan_consumer(
                 consumer_spec,
@@ -100,7 +111,8 @@ async def reconcile(
                         continue
                     # No kopf retry: the drift watcher acts as soon as the stream appears
                     # (advisory, or the next resync), without a retry's extra writes.
-                    return Result(Outcome(False, action.reason, action.message()))
+                    result = Result(Outcome(False, action.reason, action.message()))
+                    return _settled(history, owner, stream_info, info, result)
                 case CreateConsumer(stream=target, config=config):
                     info = await jetstream.create_consumer(
                         target, consumer_request(target, config, "create")
@@ -109,6 +121,14 @@ async def reconcile(
                     events.append(Event("Normal", reason, f"created consumer {name} on {target}"))
                     continue
                 case UpdateConsumer(stream=target, config=config):
+                    actual = (info or {}).get("config") or {}
+                    if history is not None and history.memory.repeats(owner.uid, actual, config):
+                        result = not_converging(f"consumer {name}", action.summary())
+                        return _settled(history, owner, stream_info, info, result)
+                    recorded = recorded_owner(dict(actual))
+                    if owner.reattaching(recorded):
+                        assert recorded is not None
+                        events.append(reattached_event(f"consumer {name}", recorded, owner))
                     info = await jetstream.create_consumer(
                         target, consumer_request(target, config, "update")
                     )
@@ -126,10 +146,9 @@ async def reconcile(
                     await jetstream.delete_consumer(target, name)
                     info = None
                     continue
-                case ImmutableChangeRefused():
-                    return needs_a_person(action.reason, action.message())
-                case OwnedElsewhere():
-                    return needs_a_person(action.reason, action.message())
+                case ImmutableChangeRefused() | OwnedElsewhere():
+                    result = needs_a_person(action.reason, action.message())
+                    return _settled(history, owner, stream_info, info, result)
                 case UpdatesPrevented(differences=differences):
                     fields = ", ".join(d.field for d in differences)
                     outcome = updates_prevented(f"consumer {name}", fields)
@@ -137,10 +156,31 @@ async def reconcile(
                     pass
             break
     except JetStreamUnavailable as error:
-        return unavailable(error)
+        return _settled(history, owner, stream_info, info, unavailable(error))
     except JetStreamError as error:
-        return server_rejected("consumer", error, events)
-    return Result(outcome, status=consumer_live_state(info or {}), events=events)
+        result = server_rejected("consumer", error, events)
+        return _settled(history, owner, stream_info, info, result)
+    result = Result(outcome, status=consumer_live_state(info or {}), events=events)
+    return _settled(history, owner, stream_info, info, result)
+
+
+def _basis(
+    history: History, stream_info: Mapping[str, Any] | None, info: Mapping[str, Any] | None
+) -> Basis:
+    return failure_basis(history.generation, [stream_info is not None, (info or {}).get("config")])
+
+
+def _settled(
+    history: History | None,
+    owner: Owner,
+    stream_info: Mapping[str, Any] | None,
+    info: Mapping[str, Any] | None,
+    result: Result,
+) -> Result:
+    if history is None:
+        return result
+    basis = _basis(history, stream_info, info)
+    return history.memory.settle(owner.uid, basis, result, history.ready_condition())
 
 
 async def finalize(

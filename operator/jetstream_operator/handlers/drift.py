@@ -25,9 +25,9 @@ from ..k8s.status import ResourceWriter
 from ..nats.advisories import subscribe_changes
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
-from ..reconcile.conditions import conditions_for, same_conditions
 from . import consumer as consumer_handlers
 from . import stream as stream_handlers
+from .failures import FailureMemory, History
 from .registry import (
     ConnectionKey,
     ResourceRegistry,
@@ -37,22 +37,14 @@ from .registry import (
     consumers_of,
 )
 from .results import Result, paused
+from .status_writes import StatusBudget, status_patch
 
 logger = logging.getLogger(__name__)
 
-
-def status_patch(resource: TrackedResource, result: Result) -> dict[str, Any] | None:
-    """The status to write after a pass, or None when nothing visible changed."""
-    previous = resource.status
-    conditions = conditions_for(
-        result.outcome, resource.generation, previous.get("conditions") or []
-    )
-    unchanged = same_conditions(conditions, previous.get("conditions") or []) and all(
-        previous.get(key) == value for key, value in result.status.items()
-    )
-    if unchanged and previous.get("observedGeneration") == resource.generation:
-        return None
-    return {"observedGeneration": resource.generation, "conditions": conditions, **result.status}
+RECOUNT_GATHER = 0.5
+"""Seconds to let consumer advisories gather before refreshing their streams' counts."""
+RECOUNT_BY_INFO = 8
+"""Up to this many streams are refreshed by INFO each; more by one listing."""
 
 
 def needs_care(resource: TrackedResource) -> bool:
@@ -132,6 +124,8 @@ class DriftWatcher:
         settings: WatchSettings,
         connection: ConnectionKey = None,
         may_act: Callable[[], Awaitable[bool]] | None = None,
+        failures: FailureMemory | None = None,
+        budget: StatusBudget | None = None,
     ) -> None:
         self._streams = streams
         self._consumers = consumers
@@ -141,6 +135,9 @@ class DriftWatcher:
         self._settings = settings
         self._connection = connection
         self._may_act = may_act
+        self._failures = failures if failures is not None else FailureMemory()
+        self._budget = budget
+        self._recount: set[str] = set()
         self._pending_streams: set[str] = set()
         self._pending_consumers: set[tuple[str, str]] = set()
         self._second_looks: dict[tuple[str, str], int] = {}
@@ -174,9 +171,14 @@ class DriftWatcher:
                     next_resync = 0.0
                     self._sweep.everything_next()
                 await self._repair_pending(jetstream)
+                await self._retry_due(jetstream)
                 if loop.time() >= next_resync:
                     await self.resync(jetstream)
                     next_resync = loop.time() + interval
+                    self._recount.clear()  # the listing refreshed every stream's counts
+                elif self._recount:
+                    await asyncio.sleep(RECOUNT_GATHER)  # let a burst of advisories gather
+                    await self._refresh_counts(jetstream)
             except JetStreamUnavailable as error:
                 logger.warning("drift check postponed: %s", error)
                 next_resync = loop.time() + min(interval, 5.0)
@@ -184,10 +186,15 @@ class DriftWatcher:
                 logger.exception("drift check failed; retrying")
                 next_resync = loop.time() + min(interval, 5.0)
             self._wakeup.clear()
-            if self._pending_streams or self._pending_consumers:
+            if self._pending_streams or self._pending_consumers or self._recount:
                 continue
+            wake_at = next_resync
+            retry_at = self._failures.next_due()
+            if retry_at is not None:
+                # The memory's clock is monotonic, as is the loop's.
+                wake_at = min(wake_at, loop.time() + max(0.0, retry_at - self._failures.clock()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), max(0.05, next_resync - loop.time()))
+                await asyncio.wait_for(self._wakeup.wait(), max(0.05, wake_at - loop.time()))
 
     async def notify_stream(self, stream: str) -> None:
         self._pending_streams.add(stream)
@@ -195,7 +202,35 @@ class DriftWatcher:
 
     async def notify_consumer(self, stream: str, consumer: str) -> None:
         self._pending_consumers.add((stream, consumer))
+        if self._streams.with_spec("name", stream):
+            self._recount.add(stream)  # its consumer count in status is now stale
         self._wakeup.set()
+
+    async def _retry_due(self, jetstream: JetStreamApi) -> None:
+        """Retry the failures whose backoff has run out."""
+        for uid in self._failures.due():
+            for kind, registry in ((STREAM, self._streams), (CONSUMER, self._consumers)):
+                resource = registry.get(uid)
+                if resource is None:
+                    continue
+                await self._repair(kind, resource, jetstream, None)
+
+    async def _refresh_counts(self, jetstream: JetStreamApi) -> None:
+        """Refresh the status of streams whose consumers came or went, so a Stream shows its
+        consumer count within seconds instead of at the next resync. A few streams cost an INFO
+        each; more cost one listing (a request per 256 streams)."""
+        names, self._recount = self._recount, set()
+        if len(names) <= RECOUNT_BY_INFO:
+            infos = {name: await jetstream.stream_info(name) for name in names}
+        else:
+            listed = await jetstream.list_streams()
+            infos = {str(info.get("config", {}).get("name")): info for info in listed}
+        for name in names:
+            info = infos.get(name)
+            if info is None:
+                continue
+            for resource in self._streams.with_spec("name", name):
+                await self._repair(STREAM, resource, jetstream, info)
 
     def _look_again(self, stream: str, consumer: str, delay: float = 1.0) -> None:
         key = (stream, consumer)
@@ -277,6 +312,7 @@ class DriftWatcher:
         known_stream: Mapping[str, Any] | None = None,
     ) -> Result:
         read_only = self._settings.read_only
+        history = History(resource.generation, resource.status, self._failures)
         if kind is STREAM:
             return await stream_handlers.reconcile(
                 resource.spec,
@@ -285,6 +321,7 @@ class DriftWatcher:
                 drift=True,
                 known_info=known,
                 read_only=read_only,
+                history=history,
             )
         return await consumer_handlers.reconcile(
             resource.spec,
@@ -295,6 +332,7 @@ class DriftWatcher:
             known_info=known,
             known_stream_info=known_stream,
             read_only=read_only,
+            history=history,
         )
 
     async def _repair(
@@ -305,8 +343,27 @@ class DriftWatcher:
         known: Mapping[str, Any] | None,
         known_stream: Mapping[str, Any] | None = None,
     ) -> None:
+        """One resource's pass; its failure never stops the others' (it is logged and retried
+        by the failure memory)."""
         if not needs_care(resource) or not self.belongs(resource):
             return
+        try:
+            await self._repair_one(kind, resource, jetstream, known, known_stream)
+        except JetStreamUnavailable:
+            raise  # the whole connection is in trouble: the run loop backs off
+        except Exception:
+            logger.exception(
+                "repairing %s %s failed; the others go on", kind.singular, resource.owner.describe()
+            )
+
+    async def _repair_one(
+        self,
+        kind: ResourceKind,
+        resource: TrackedResource,
+        jetstream: JetStreamApi,
+        known: Mapping[str, Any] | None,
+        known_stream: Mapping[str, Any] | None,
+    ) -> None:
         started = time.perf_counter()
         async with resource.lock:
             annotation = self._settings.pause_annotation
@@ -320,7 +377,7 @@ class DriftWatcher:
                 (event.reason for event in result.events),
                 time.perf_counter() - started,
             )
-            patch = status_patch(resource, result)
+            patch = status_patch(resource, result, self._budget)
             if patch is not None:
                 written = await self._writer.patch_status(
                     kind.plural, resource.owner.namespace, resource.owner.name, patch

@@ -118,6 +118,9 @@ class ResourceRegistry:
             existing.body = kept
         self._index(uid, existing, present=True)
 
+    def get(self, uid: str) -> TrackedResource | None:
+        return self._by_uid.get(uid)
+
     def named(self, namespace: str, name: str) -> TrackedResource | None:
         uid = self._by_name.get((namespace, name))
         return self._by_uid.get(uid) if uid is not None else None
@@ -167,8 +170,12 @@ ConnectionKey = tuple[str, str] | None
 
 
 def connection_key(resource: TrackedResource) -> ConnectionKey:
-    reference = resource.spec_text("connectionRef")
-    return None if reference is None else (resource.owner.namespace, reference)
+    return spec_connection_key(resource.owner.namespace, resource.spec)
+
+
+def spec_connection_key(namespace: str, spec: Mapping[str, Any]) -> ConnectionKey:
+    reference = spec.get("connectionRef")
+    return (namespace, reference) if isinstance(reference, str) and reference else None
 
 
 def ready_counts(registries: Mapping[str, ResourceRegistry]) -> list[tuple[str, str, int]]:

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from ..nats.jsapi import JetStreamError, JetStreamUnavailable
 from ..reconcile.conditions import Outcome
+from ..reconcile.ownership import Owner
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Result:
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     retry: bool = False
+    delay: float | None = None
+    """Seconds until the failure memory retries, when the pass failed."""
 
     def then(self, later: Result | None) -> Result:
         """This pass followed by another step: the later outcome wins if it failed."""
@@ -41,6 +44,7 @@ class Result:
             status={**self.status, **later.status},
             events=[*self.events, *later.events],
             retry=self.retry or later.retry,
+            delay=later.delay if later.delay is not None else self.delay,
         )
 
 
@@ -82,6 +86,17 @@ def paused(annotation: str) -> Result:
     )
 
 
+def released(what: str, annotation: str) -> Result:
+    """A person let the resource go without NATS (it is gone for good): nothing is deleted."""
+    message = (
+        f"finalizer released by the {annotation} annotation; {what} was not deleted or checked "
+        "in NATS and may still exist there"
+    )
+    return Result(
+        Outcome(True, "Released", message), events=[Event("Warning", "Released", message)]
+    )
+
+
 def needs_a_person(
     reason: str, message: str, *, retry: bool = False, events: list[Event] | None = None
 ) -> Result:
@@ -107,3 +122,24 @@ def server_rejected(what: str, error: JetStreamError, events: list[Event]) -> Re
     """The server refused the config; retried with backoff in case the world changes."""
     message = f"NATS refused the {what} config: {error.description} (error {error.err_code})"
     return needs_a_person("ServerRejected", message, retry=True, events=events)
+
+
+def not_converging(what: str, fields: str) -> Result:
+    """The server kept its own values after an update: sending it again would only loop."""
+    message = (
+        f"{what} does not converge: the server keeps its own value for {fields} after an update "
+        "with the spec's value (it rewrites or ignores it). Change these fields in the spec to "
+        "what the server accepts (see docs/server-rewrites.md); retrying with backoff"
+    )
+    return needs_a_person("NotConverging", message, retry=True)
+
+
+def reattached_event(what: str, recorded: Owner, owner: Owner) -> Event:
+    """A restored resource (same namespace/name, new UID) renewing its owner record."""
+    return Event(
+        "Normal",
+        "Reattached",
+        f"{what} was recorded as owned by {recorded.describe()} under UID {recorded.uid}; "
+        f"this resource has the same namespace/name with UID {owner.uid} (restored or "
+        "recreated), so it takes the object over again",
+    )

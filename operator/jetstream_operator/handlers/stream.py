@@ -23,11 +23,14 @@ from ..reconcile.stream_plan import (
     plan_stream,
     release_request,
 )
+from .failures import Basis, History, failure_basis
 from .results import (
     Event,
     Result,
     deletion_blocked,
     needs_a_person,
+    not_converging,
+    reattached_event,
     server_rejected,
     unavailable,
     updates_prevented,
@@ -45,22 +48,30 @@ async def reconcile(
     drift: bool = False,
     known_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
+    history: History | None = None,
 ) -> Result:
     """Bring the stream on the server in line with the spec, and say how it went.
 
     `drift` marks a pass started by a change on the server rather than in the spec, so the
     event says what happened. `known_info` is the stream's info from a listing, which saves a
-    request when the stream turns out to be in sync.
+    request when the stream turns out to be in sync. `history` brings backoff, one Warning per
+    distinct failure, and the guard against sending the same update twice.
     """
     try:
         stream_spec = StreamSpec.model_validate(dict(spec))
     except ValidationError as error:
-        return Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
+        result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
+        return _settled(history, owner, None, result)
     name = stream_spec.name
     events: list[Event] = []
     outcome = Outcome(True, "Synced", f"stream {name} matches the spec")
+    info: dict[str, Any] | None = None
     try:
         info = dict(known_info) if known_info is not None else await jetstream.stream_info(name)
+        if history is not None:
+            held = history.memory.held(owner.uid, _basis(history, info))
+            if held is not None:
+                return held
         for _ in range(_MAX_STEPS):
             action = plan_stream(stream_spec, owner, info)
             if read_only and isinstance(action, CreateStream | UpdateStream):
@@ -68,18 +79,28 @@ async def reconcile(
             match action:
                 case CreateStream(config=config):
                     info = await jetstream.create_stream(config)
-                    reason = "Recreated" if drift else "Created"
-                    events.append(Event("Normal", reason, f"created stream {name}"))
+                    events.append(_creation_event(name, drift, history))
+                    if events[-1].type == "Warning":
+                        outcome = Outcome(True, "RecreatedAfterLoss", events[-1].message)
                 case UpdateStream():
-                    adopting = recorded_owner((info or {}).get("config") or {}) is None
+                    actual = (info or {}).get("config") or {}
+                    if history is not None and history.memory.repeats(
+                        owner.uid, actual, action.config
+                    ):
+                        result = not_converging(f"stream {name}", action.summary())
+                        return _settled(history, owner, info, result)
+                    recorded = recorded_owner(actual)
                     info = await jetstream.update_stream(action.config)
-                    if adopting:
+                    if recorded is None:
                         events.append(Event("Normal", "Adopted", f"adopted stream {name}"))
+                    elif owner.reattaching(recorded):
+                        events.append(reattached_event(f"stream {name}", recorded, owner))
                     reason = "DriftRepaired" if drift else "Updated"
                     events.append(Event("Normal", reason, f"{name}: {action.summary()}"))
                     continue
                 case OwnedElsewhere():
-                    return needs_a_person("Conflict", action.message())
+                    result = needs_a_person("Conflict", action.message())
+                    return _settled(history, owner, info, result)
                 case UpdatesPrevented(differences=differences):
                     fields = ", ".join(d.field for d in differences)
                     outcome = updates_prevented(f"stream {name}", fields)
@@ -87,11 +108,43 @@ async def reconcile(
                     pass
             break
     except JetStreamUnavailable as error:
-        return unavailable(error)
+        return _settled(history, owner, info, unavailable(error))
     except JetStreamError as error:
-        return server_rejected("stream", error, events)
+        return _settled(history, owner, info, server_rejected("stream", error, events))
     assert info is not None
-    return Result(outcome, status=live_state(info), events=events)
+    return _settled(history, owner, info, Result(outcome, status=live_state(info), events=events))
+
+
+def _basis(history: History, info: Mapping[str, Any] | None) -> Basis:
+    return failure_basis(history.generation, (info or {}).get("config"))
+
+
+def _settled(
+    history: History | None, owner: Owner, info: Mapping[str, Any] | None, result: Result
+) -> Result:
+    if history is None:
+        return result
+    return history.memory.settle(
+        owner.uid, _basis(history, info), result, history.ready_condition()
+    )
+
+
+def _creation_event(name: str, drift: bool, history: History | None) -> Event:
+    """A stream created where the resource's status shows it existed before lost whatever it
+    held: say so loudly, with what status last showed."""
+    status = history.status if history is not None else {}
+    last_sequence = int(status.get("lastSequence") or 0)
+    messages = int(status.get("messages") or 0)
+    if status.get("streamName") == name and (last_sequence or messages):
+        return Event(
+            "Warning",
+            "RecreatedAfterLoss",
+            f"stream {name} vanished from NATS and was created again, empty: it last held "
+            f"{messages} messages, sequences {status.get('firstSequence', 0)}..{last_sequence} "
+            f"({status.get('bytes', 0)} bytes); restore them from a backup if they matter",
+        )
+    reason = "Recreated" if drift or status.get("streamName") == name else "Created"
+    return Event("Normal", reason, f"created stream {name}")
 
 
 def _read_only_result(

@@ -1,15 +1,21 @@
 """Secret values read on demand through the Kubernetes API (no cluster-wide Secret watch).
 
-The operator then needs only `get` on the Secrets a NatsConnection names.
+The operator needs `get` on the Secrets a NatsConnection names, and `patch` to hold them with a
+finalizer while the connection exists: deleting a namespace deletes Secrets at once, and the
+Streams still to be deleted in NATS need their credentials, also after an operator restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+logger = logging.getLogger(__name__)
 
 
 class SecretProblem(Exception):
@@ -19,6 +25,7 @@ class SecretProblem(Exception):
 class SecretReader:
     def __init__(self, api: client.ApiClient) -> None:
         self._core = client.CoreV1Api(api)
+        self._finalizers: dict[tuple[str, str], list[str]] = {}
 
     async def values(self, namespace: str, name: str) -> dict[str, bytes]:
         try:
@@ -33,11 +40,60 @@ class SecretReader:
             raise SecretProblem(
                 f"Secret {namespace}/{name} cannot be read ({error.status})"
             ) from None
+        self._finalizers[(namespace, name)] = _finalizers(secret)
         data = secret.data or {}
         return {key: base64.b64decode(value) for key, value in data.items()}
+
+    async def hold(self, namespace: str, name: str, finalizer: str, held: bool) -> None:
+        """Add or remove our finalizer; no request when the last read shows it as wanted."""
+        known = self._finalizers.get((namespace, name))
+        if known is not None and (finalizer in known) == held:
+            return
+        try:
+            secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                self._finalizers.pop((namespace, name), None)
+                return
+            raise
+        finalizers = [item for item in _finalizers(secret) if item != finalizer]
+        if held:
+            finalizers.append(finalizer)
+        if finalizers != _finalizers(secret):
+            # A JSON patch that fails if the Secret changed since the read (a retry reads again).
+            patch: list[dict[str, Any]] = [
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": getattr(secret.metadata, "resource_version", None),
+                },
+                {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+            ]
+            try:
+                await asyncio.to_thread(
+                    self._core.patch_namespaced_secret,
+                    name,
+                    namespace,
+                    patch,
+                    _content_type="application/json-patch+json",
+                )
+            except ApiException as error:
+                if error.status not in (403, 404, 409, 422):
+                    raise
+                # Not allowed (RBAC), gone, or changed meanwhile: the next check tries again.
+                logger.warning(
+                    "could not update finalizers of Secret %s/%s: %s", namespace, name, error.reason
+                )
+                self._finalizers.pop((namespace, name), None)
+                return
+        self._finalizers[(namespace, name)] = finalizers
 
     async def value(self, namespace: str, name: str, key: str) -> bytes:
         values = await self.values(namespace, name)
         if key not in values:
             raise SecretProblem(f"Secret {namespace}/{name} has no key {key!r}")
         return values[key]
+
+
+def _finalizers(secret: Any) -> list[str]:
+    return list(getattr(secret.metadata, "finalizers", None) or [])

@@ -44,6 +44,15 @@ class ResourceWriter:
             raise
         return True
 
+    async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        """Our custom resources of one kind in a namespace, read from the API server itself
+        (the watch-fed registries may still be filling after a restart)."""
+        answer = await asyncio.to_thread(
+            self._objects.list_namespaced_custom_object, GROUP, VERSION, namespace, plural
+        )
+        items: list[dict[str, Any]] = cast(dict[str, Any], answer).get("items") or []
+        return items
+
     async def post_event(
         self, reference: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:

@@ -1,0 +1,127 @@
+"""Which status writes a pass makes: only what changed, and live counters within a budget.
+
+Busy streams and consumers change their counts all the time; writing each change would make the
+operator the API server's busiest client. Conditions, generation and structural state (leader,
+replicas, consumer count, pause) are written at once; counters at most once per resource per
+interval, and no faster than a global rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..reconcile.conditions import conditions_for, same_conditions
+from .registry import TrackedResource
+from .results import Result
+
+LIVE_COUNTERS = frozenset(
+    {
+        "messages",
+        "bytes",
+        "firstSequence",
+        "lastSequence",
+        "numPending",
+        "numAckPending",
+        "numRedelivered",
+        "numWaiting",
+        "deliveredStreamSeq",
+        "deliveredConsumerSeq",
+        "ackFloorStreamSeq",
+        "ackFloorConsumerSeq",
+    }
+)
+"""Status fields that move with traffic rather than with anything a person did."""
+
+
+def status_changes(
+    previous: Mapping[str, Any], result: Result, generation: int | None
+) -> dict[str, Any]:
+    """The status keys whose value a pass changes; empty when a write would change nothing."""
+    changes: dict[str, Any] = {}
+    before = previous.get("conditions") or []
+    conditions = conditions_for(result.outcome, generation, before)
+    if not same_conditions(conditions, before):
+        changes["conditions"] = conditions
+    if previous.get("observedGeneration") != generation:
+        changes["observedGeneration"] = generation
+        changes["conditions"] = conditions
+    for key, value in result.status.items():
+        if previous.get(key) != value:
+            changes[key] = value
+    return changes
+
+
+def only_counters(changes: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
+    """Whether every change is a traffic counter (replica lag included)."""
+    for key, value in changes.items():
+        if key in LIVE_COUNTERS:
+            continue
+        if key == "replicaStates" and _without_lag(value) == _without_lag(previous.get(key)):
+            continue
+        return False
+    return True
+
+
+def _without_lag(replicas: Any) -> list[Any]:
+    return [
+        {k: v for k, v in replica.items() if k != "lag"}
+        if isinstance(replica, Mapping)
+        else replica
+        for replica in replicas or []
+    ]
+
+
+@dataclass
+class StatusBudget:
+    """At most one counter-only write per resource per `interval`, and at most `rate` such
+    writes a second overall (a token bucket holding `burst`)."""
+
+    interval: float = 60.0
+    rate: float = 5.0
+    burst: float = 50.0
+    clock: Callable[[], float] = time.monotonic
+    _written: dict[str, float] = field(default_factory=dict)
+    _tokens: float = -1.0
+    _filled_at: float = 0.0
+
+    def allows(self, uid: str) -> bool:
+        now = self.clock()
+        if now - self._written.get(uid, float("-inf")) < self.interval:
+            return False
+        if self._tokens < 0:
+            self._tokens, self._filled_at = self.burst, now
+        self._tokens = min(self.burst, self._tokens + (now - self._filled_at) * self.rate)
+        self._filled_at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        self._written[uid] = now
+        return True
+
+    def wrote(self, uid: str) -> None:
+        """A write for another reason carried the counters too: the interval starts again."""
+        self._written[uid] = self.clock()
+
+    def forget(self, uid: str) -> None:
+        self._written.pop(uid, None)
+
+
+def status_patch(
+    resource: TrackedResource, result: Result, budget: StatusBudget | None = None
+) -> dict[str, Any] | None:
+    """The status to write after a drift pass, or None when nothing visible changed or only
+    counters changed and the budget says not yet."""
+    changes = status_changes(resource.status, result, resource.generation)
+    if not changes:
+        return None
+    uid = resource.owner.uid
+    if budget is not None:
+        if only_counters(changes, resource.status):
+            if not budget.allows(uid):
+                return None
+        else:
+            budget.wrote(uid)
+    return changes
