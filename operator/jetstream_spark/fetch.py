@@ -20,7 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .client import FastClient, JetStreamApi, StreamInfo, connect
+from ._nats_fast import FastClient
+from .client import JetStreamApi, StreamInfo, connect
 from .options import ReadOptions
 from .schema import DIRECT_GET_HEADERS, ColumnBuffer, parse_header_block
 
@@ -47,6 +48,22 @@ class DataLossError(RuntimeError):
         self.first_available = first_available
 
 
+class StreamRecreatedError(DataLossError):
+    """The stream was deleted and recreated under the query: same name, new sequences."""
+
+    def __init__(self, stream: str, wanted: int, was: str, now: str) -> None:
+        RuntimeError.__init__(
+            self,
+            f"JetStream stream '{stream}' was deleted and recreated (created {was or 'earlier'}, "
+            f"now {now}) while the query was at sequence {wanted}; its sequences restarted, so "
+            "the offsets no longer name the same messages. Set failOnDataLoss=false to restart "
+            "from the new stream's first message, or use a new checkpoint location.",
+        )
+        self.stream = stream
+        self.wanted = wanted
+        self.first_available = 1
+
+
 def check_data_loss(info: StreamInfo, wanted: int) -> None:
     """Raise if sequence `wanted` is below the stream's first sequence (an empty new stream
     reports first_seq 0 and loses nothing)."""
@@ -59,18 +76,63 @@ class ReadError(RuntimeError):
 
 
 async def read_range(
-    options: ReadOptions, first: int, last: int, direct: bool, schema: pa.Schema
+    options: ReadOptions,
+    first: int,
+    last: int,
+    direct: bool,
+    schema: pa.Schema,
+    stream: str | None = None,
+    created: str = "",
 ) -> AsyncIterator[pa.RecordBatch]:
-    """Record batches of the messages stored with first <= sequence <= last, in order."""
+    """Record batches of the messages of `stream` stored with first <= sequence <= last.
+
+    `created` (the stream's creation time when the range was planned) detects a stream that
+    was deleted and recreated since: with failOnDataLoss it fails, otherwise the range is
+    skipped (its sequences name other messages now).
+    """
     if first > last:
         return
+    name = stream or options.stream
     async with connect(options.connection) as nc:
         api = JetStreamApi.of(nc, options.connection)
-        if options.fail_on_data_loss:
-            check_data_loss(await api.stream_info(options.stream), first)
+        guard = _LossGuard(api, options, name, created)
+        if not await guard.check(first):
+            return
         reader = _read_direct if direct else _read_consumer
-        async for batch in reader(nc, api, options, first, last, schema):
+        async for batch in reader(nc, api, options, name, first, last, schema, guard):
             yield batch
+
+
+class _LossGuard:
+    """The data-loss check at each fetch, as Kafka's source does it: when a fetch skips
+    sequences (at its start, inside it, or by ending early), the first skipped sequence is
+    compared with the stream's first sequence; below it means removed by limits, purge or
+    deletion at the head, not deleted from the middle or filtered out."""
+
+    def __init__(self, api: JetStreamApi, options: ReadOptions, stream: str, created: str):
+        self.api = api
+        self.stream = stream
+        self.created = created
+        self.enabled = options.fail_on_data_loss
+        self.checks = 0
+
+    async def check(self, wanted: int) -> bool:
+        """False when the stream was recreated and losses are tolerated (skip the range)."""
+        if not self.enabled and not self.created:
+            return True
+        self.checks += 1
+        info = await self.api.stream_info(self.stream)
+        if self.created and info.created != self.created:
+            if self.enabled:
+                raise StreamRecreatedError(self.stream, wanted, self.created, info.created)
+            return False
+        if self.enabled:
+            check_data_loss(info, wanted)
+        return True
+
+    async def after_fetch(self, gap: int) -> None:
+        if gap and self.enabled:
+            await self.check(gap)
 
 
 class _DirectReply:
@@ -92,7 +154,9 @@ class _DirectReply:
         "broken",
         "done",
         "error",
+        "expected",
         "finished",
+        "gap_at",
         "last",
         "last_kept",
         "overrun",
@@ -106,9 +170,16 @@ class _DirectReply:
     )
 
     def __init__(
-        self, reply: bytes, buffer: ColumnBuffer, last: int, pattern: re.Pattern[bytes]
+        self,
+        reply: bytes,
+        buffer: ColumnBuffer,
+        last: int,
+        pattern: re.Pattern[bytes],
+        first: int = 0,
     ) -> None:
         self.reply = reply
+        self.expected = first  # the next sequence if nothing was skipped
+        self.gap_at = 0  # the first sequence this reply skipped, for the data-loss check
         self.token = reply.rsplit(b".", 1)[1]
         self.pattern = pattern
         self.last = last
@@ -170,6 +241,9 @@ class _DirectReply:
             self.overrun = True
             self._finish()
             return
+        if seq != self.expected and not self.gap_at:
+            self.gap_at = self.expected
+        self.expected = seq + 1
         self._add_subject(subject)
         self._add_seq(seq)
         self._add_time(stamp)
@@ -223,6 +297,9 @@ class _DirectReply:
                 self.overrun = True
                 self._finish()
                 break
+            if seq != self.expected and not self.gap_at:
+                self.gap_at = self.expected
+            self.expected = seq + 1
             add_subject(subject)
             add_seq(seq)
             add_time(stamp)
@@ -276,9 +353,11 @@ async def _read_direct(
     nc: FastClient,
     api: JetStreamApi,
     options: ReadOptions,
+    stream: str,
     first: int,
     last: int,
     schema: pa.Schema,
+    guard: _LossGuard,
 ) -> AsyncIterator[pa.RecordBatch]:
     current: list[_DirectReply | None] = [None]
 
@@ -289,8 +368,8 @@ async def _read_direct(
 
     prefix = nc.new_inbox()
     subscription = await nc.raw_subscribe(f"{prefix}.*", handler)
-    pattern = _direct_pattern(prefix, subscription._id)
-    request_subject = f"{api.prefix}.DIRECT.GET.{options.stream}"
+    pattern = _direct_pattern(prefix, nc.sid(subscription))
+    request_subject = f"{api.prefix}.DIRECT.GET.{stream}"
     timeout = options.connection.request_timeout
     cursor, requests, retries, lagging = first, 0, 0, 0
     try:
@@ -298,7 +377,7 @@ async def _read_direct(
             want = min(options.fetch_batch, last - cursor + 1)
             requests += 1
             buffer = ColumnBuffer("headers" in schema.names)
-            state = _DirectReply(f"{prefix}.{requests}".encode(), buffer, last, pattern)
+            state = _DirectReply(f"{prefix}.{requests}".encode(), buffer, last, pattern, cursor)
             current[0] = state
             nc.set_bulk(subscription, state.consume)
             body: dict[str, Any] = {
@@ -306,8 +385,8 @@ async def _read_direct(
                 "batch": want,
                 "max_bytes": MAX_BYTES_PER_REQUEST,
             }
-            if options.subject_filter:
-                body["next_by_subj"] = options.subject_filter
+            if options.subject_filters:
+                body["next_by_subj"] = options.subject_filters[0]
             await nc.publish(request_subject, json.dumps(body).encode(), reply=state.reply.decode())
             timed_out = False
             try:
@@ -317,9 +396,10 @@ async def _read_direct(
             current[0] = None
             nc.set_bulk(subscription, None)
             if state.error:
-                raise ReadError(f"direct get from stream '{options.stream}' failed: {state.error}")
+                raise ReadError(f"direct get from stream '{stream}' failed: {state.error}")
+            await guard.after_fetch(state.gap_at)  # before Spark gets any of it
             if buffer.seqs:
-                yield buffer.to_batch(options.stream, schema)
+                yield buffer.to_batch(stream, schema)
             if state.overrun or state.last_kept >= last:
                 return
             after = state.last_kept + 1 if buffer.seqs else cursor
@@ -327,7 +407,7 @@ async def _read_direct(
                 retries += 1
                 if retries > _RETRIES:
                     raise ReadError(
-                        f"direct get from stream '{options.stream}' at sequence {after} "
+                        f"direct get from stream '{stream}' at sequence {after} "
                         f"{'timed out' if timed_out else 'kept losing replies'}"
                     )
                 cursor = after
@@ -336,20 +416,21 @@ async def _read_direct(
             if short:
                 # The responder has nothing more up to `last`. Either the rest was deleted, or
                 # it is a follower or mirror that lags: the leader decides which.
-                following = await api.next_message(options.stream, after, options.subject_filter)
+                following = await api.next_message(
+                    stream, after, options.subject_filters[0] if options.subject_filters else None
+                )
                 if following is None or following.seq > last:
+                    await guard.after_fetch(after)  # nothing more up to `last`: removed?
                     return
                 lagging += 1
                 if lagging > _LAG_RETRIES:
                     raise ReadError(
-                        f"direct get replies for stream '{options.stream}' stay behind sequence "
+                        f"direct get replies for stream '{stream}' stay behind sequence "
                         f"{following.seq}; the answering replica lags"
                     )
                 await asyncio.sleep(min(0.05 * lagging, 0.5))
             elif not buffer.seqs:
-                raise ReadError(
-                    f"direct get from stream '{options.stream}' made no progress at {cursor}"
-                )
+                raise ReadError(f"direct get from stream '{stream}' made no progress at {cursor}")
             cursor = after
     finally:
         current[0] = None
@@ -364,8 +445,10 @@ class _PullReply:
         "buffer",
         "done",
         "error",
+        "expected",
         "expected_dseq",
         "finished",
+        "gap_at",
         "last",
         "last_kept",
         "pattern",
@@ -374,6 +457,7 @@ class _PullReply:
         "received",
         "reply",
         "status",
+        "too_big",
         "want",
     )
 
@@ -385,8 +469,12 @@ class _PullReply:
         want: int,
         expected_dseq: int,
         pattern: re.Pattern[bytes],
+        first: int = 0,
     ) -> None:
         self.reply = reply
+        self.expected = first  # the next sequence if nothing was skipped
+        self.gap_at = 0  # the first sequence skipped up to `last`, for the data-loss check
+        self.too_big = False  # the next message exceeds the request's max_bytes
         self.buffer = buffer
         self.last = last
         self.want = want
@@ -411,6 +499,8 @@ class _PullReply:
                 self.error = headers.decode("utf-8", "replace").strip()
             if self.status == b"409" and b"Consumer Deleted" in headers:
                 self.error = "the ephemeral consumer was deleted while reading"
+            if self.status == b"409" and b"Exceeds MaxBytes" in headers:
+                self.too_big = True
             if self.status != b"100":
                 self._finish()
             return
@@ -453,6 +543,9 @@ class _PullReply:
             return
         self.expected_dseq += 1
         self.pending = pending
+        if seq != self.expected and not self.gap_at and self.expected <= self.last:
+            self.gap_at = self.expected
+        self.expected = seq + 1
         if seq > self.last:
             self.reached_end = True
             self._finish()
@@ -487,9 +580,11 @@ async def _read_consumer(
     nc: FastClient,
     api: JetStreamApi,
     options: ReadOptions,
+    stream: str,
     first: int,
     last: int,
     schema: pa.Schema,
+    guard: _LossGuard,
 ) -> AsyncIterator[pa.RecordBatch]:
     current: list[_PullReply | None] = [None]
     prefix = nc.new_inbox()
@@ -504,27 +599,31 @@ async def _read_consumer(
             state.on_message(b"", headers, data, subject)
 
     subscription = await nc.raw_subscribe(f"{prefix}.*", handler)
-    pattern = _consumer_pattern(subscription._id)
+    pattern = _consumer_pattern(nc.sid(subscription))
     timeout = options.connection.request_timeout
     cursor, requests, retries, expected_dseq = first, 0, 0, 1
     consumer: str | None = None
+    unbounded = False  # the next message is larger than MAX_BYTES_PER_REQUEST: pull it alone
     try:
         while cursor <= last:
             if consumer is None:
-                consumer = await api.create_consumer(
-                    options.stream, _consumer_config(options, cursor)
-                )
+                consumer = await api.create_consumer(stream, _consumer_config(options, cursor))
                 expected_dseq = 1
             want = min(options.fetch_batch, last - cursor + 1)
             requests += 1
             buffer = ColumnBuffer("headers" in schema.names)
             reply = f"{prefix}.{requests}"
-            state = _PullReply(reply.encode(), buffer, last, want, expected_dseq, pattern)
+            if unbounded:
+                want = 1
+            state = _PullReply(reply.encode(), buffer, last, want, expected_dseq, pattern, cursor)
             current[0] = state
             nc.set_bulk(subscription, state.consume)
-            body = {"batch": want, "no_wait": True, "max_bytes": MAX_BYTES_PER_REQUEST}
+            body: dict[str, Any] = {"batch": want, "no_wait": True}
+            if not unbounded:
+                body["max_bytes"] = MAX_BYTES_PER_REQUEST
+            unbounded = False
             await nc.publish(
-                f"{api.prefix}.CONSUMER.MSG.NEXT.{options.stream}.{consumer}",
+                f"{api.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}",
                 json.dumps(body).encode(),
                 reply=reply,
             )
@@ -536,29 +635,33 @@ async def _read_consumer(
             current[0] = None
             nc.set_bulk(subscription, None)
             if state.error:
-                raise ReadError(f"reading stream '{options.stream}' failed: {state.error}")
-            if buffer.seqs:
-                yield buffer.to_batch(options.stream, schema)
-            if state.reached_end:
-                return
+                raise ReadError(f"reading stream '{stream}' failed: {state.error}")
             after = state.last_kept + 1 if buffer.seqs else cursor
+            ended = state.reached_end or (not buffer.seqs and state.status == b"404")
+            # Before Spark gets any of it: skipped sequences, or a range that ends early.
+            await guard.after_fetch(state.gap_at or (after if ended and after <= last else 0))
+            if buffer.seqs:
+                yield buffer.to_batch(stream, schema)
+            if ended:
+                return
             if timed_out or state.broken:
                 retries += 1
                 if retries > _RETRIES:
                     raise ReadError(
-                        f"reading stream '{options.stream}' at sequence {after} "
+                        f"reading stream '{stream}' at sequence {after} "
                         f"{'timed out' if timed_out else 'kept losing deliveries'}"
                     )
-                await _delete_quietly(api, options.stream, consumer)
+                await _delete_quietly(api, stream, consumer)
                 consumer, cursor = None, after
                 continue
             if not buffer.seqs:
-                if state.status == b"404":
-                    return  # nothing stored at or after the cursor
+                if state.too_big:
+                    unbounded = True
+                    continue
                 retries += 1  # e.g. 408/409 before any message: ask again, but not forever
                 if retries > _RETRIES:
                     raise ReadError(
-                        f"reading stream '{options.stream}' at sequence {cursor} made no "
+                        f"reading stream '{stream}' at sequence {cursor} made no "
                         f"progress (status {state.status.decode() or 'none'})"
                     )
             expected_dseq = state.expected_dseq
@@ -567,7 +670,7 @@ async def _read_consumer(
         current[0] = None
         await nc.raw_unsubscribe(subscription)
         if consumer is not None:
-            await _delete_quietly(api, options.stream, consumer)
+            await _delete_quietly(api, stream, consumer)
 
 
 def _consumer_config(options: ReadOptions, start: int) -> dict[str, Any]:
@@ -580,8 +683,10 @@ def _consumer_config(options: ReadOptions, start: int) -> dict[str, Any]:
         "mem_storage": True,
         "num_replicas": 1,
     }
-    if options.subject_filter:
-        config["filter_subject"] = options.subject_filter
+    if len(options.subject_filters) == 1:
+        config["filter_subject"] = options.subject_filters[0]
+    elif options.subject_filters:
+        config["filter_subjects"] = list(options.subject_filters)
     return config
 
 

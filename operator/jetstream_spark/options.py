@@ -7,6 +7,7 @@ inside the task that uses them).
 
 from __future__ import annotations
 
+import difflib
 import re
 import ssl
 from collections.abc import Mapping
@@ -19,7 +20,63 @@ DEFAULT_SERVERS = ("nats://127.0.0.1:4222",)
 DEFAULT_MAX_MESSAGES_PER_PARTITION = 100_000
 DEFAULT_FETCH_BATCH = 10_000
 DEFAULT_MAX_IN_FLIGHT = 1_000
+DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 _SUBJECT_TOKEN = re.compile(r"^[^\s.*>]+$")
+
+CONNECTION_OPTIONS = (
+    "servers",
+    "user",
+    "password",
+    "token",
+    "nkeySeed",
+    "nkeySeedFile",
+    "credsFile",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+    "tlsHostname",
+    "tlsHandshakeFirst",
+    "domain",
+    "connectionName",
+    "connectTimeout",
+    "requestTimeout",
+)
+READ_OPTIONS = (
+    "stream",
+    "subjectFilter",
+    "startingOffsets",
+    "startingTimestamp",
+    "endingOffsets",
+    "endingTimestamp",
+    "minPartitions",
+    "maxMessagesPerPartition",
+    "maxMessagesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
+    "failOnDataLoss",
+    "includeHeaders",
+    "readMethod",
+    "fetchBatchSize",
+)
+WRITE_OPTIONS = (
+    "subject",
+    "stream",
+    "writeId",
+    "messageIdColumn",
+    "maxInFlight",
+    "ackTimeout",
+)
+# Spark's Kafka source and sink names whose meaning is the same here.
+CONNECTION_ALIASES = {"kafka.bootstrap.servers": "servers", "url": "servers"}
+READ_ALIASES = {
+    "subscribe": "stream",
+    "maxOffsetsPerTrigger": "maxMessagesPerTrigger",
+    "minOffsetsPerTrigger": "minMessagesPerTrigger",
+    "maxRecordsPerPartition": "maxMessagesPerPartition",
+}
+WRITE_ALIASES = {"topic": "subject"}
+# Set by Spark itself for some plans, not by the user.
+_SPARK_OPTIONS = ("path", "checkpointLocation", "queryName")
 
 
 class JetStreamOptionError(ValueError):
@@ -62,6 +119,62 @@ class ReadMethod(Enum):
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     # Spark passes a case-insensitive dict already; plain dicts (tests, helpers) may not be.
     return {str(key).lower(): str(value) for key, value in options.items() if value is not None}
+
+
+def normalise(
+    options: Mapping[str, str], known: tuple[str, ...], aliases: Mapping[str, str], what: str
+) -> dict[str, str]:
+    """Lower-case keys, aliases renamed, and any unknown option refused.
+
+    A misspelt option would otherwise be ignored silently (a read limit that never applies);
+    the error names the closest known option.
+    """
+    names = {name.lower(): name for name in known + CONNECTION_OPTIONS}
+    renames = {
+        alias.lower(): target.lower() for alias, target in {**CONNECTION_ALIASES, **aliases}.items()
+    }
+    ignored = {name.lower() for name in _SPARK_OPTIONS}
+    result: dict[str, str] = {}
+    given: dict[str, str] = {}
+    for key, value in _lower(options).items():
+        if key in ignored:
+            continue
+        canonical = renames.get(key, key)
+        original = _original(options, key)
+        if canonical not in names:
+            choices = list(names.values()) + list(aliases)
+            close = difflib.get_close_matches(
+                key, [choice.lower() for choice in choices], n=1, cutoff=0.6
+            )
+            hint = ""
+            if close:
+                hint = f"; did you mean '{next(c for c in choices if c.lower() == close[0])}'?"
+            raise JetStreamOptionError(f"unknown option '{original}' for a jetstream {what}{hint}")
+        if canonical in result:
+            raise JetStreamOptionError(
+                f"options '{given[canonical]}' and '{original}' mean the same; set only one"
+            )
+        result[canonical] = value
+        given[canonical] = original
+    return result
+
+
+def _original(options: Mapping[str, str], lowered: str) -> str:
+    for key in options:
+        if str(key).lower() == lowered:
+            return str(key)
+    return lowered
+
+
+def parse_duration(value: str, name: str) -> float:
+    """Seconds from '15m', '30s', '500ms', '1h' or a plain number of seconds."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", value.lower())
+    if found is None:
+        raise JetStreamOptionError(
+            f"option '{name}' must be a duration such as 30s, 15m or 500ms, got {value!r}"
+        )
+    scale = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+    return float(found.group(1)) * scale[found.group(2)]
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -263,13 +376,74 @@ class ConnectionOptions:
         return kwargs
 
 
-def _stream_name(options: Mapping[str, str]) -> str:
-    stream = _get(options, "stream")
-    if stream is None:
+def subject_problem(subject: str, *, wildcards: bool) -> str | None:
+    """Why `subject` cannot be used (None when it can).
+
+    Checked here rather than left to nats-py, whose checks differ between versions: a line
+    break would end the protocol line, and a wildcard is only meaningful in a filter.
+    """
+    if not subject:
+        return "it is empty"
+    if any(char.isspace() for char in subject):
+        return "it contains whitespace or a line break"
+    tokens = subject.split(".")
+    if any(not token for token in tokens):
+        return "it has an empty token (a leading, trailing or doubled '.')"
+    for index, token in enumerate(tokens):
+        if token in ("*", ">"):
+            if not wildcards:
+                return f"it contains the wildcard '{token}', which only filters may use"
+            if token == ">" and index != len(tokens) - 1:
+                return "'>' may only be the last token"
+    return None
+
+
+def _stream_names(options: Mapping[str, str]) -> tuple[str, ...]:
+    text = _get(options, "stream")
+    if text is None:
         raise JetStreamOptionError("option 'stream' (the JetStream stream name) is required")
-    if not _SUBJECT_TOKEN.match(stream):
-        raise JetStreamOptionError(f"option 'stream' is not a valid stream name: {stream!r}")
-    return stream
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    for name in names:
+        if not _SUBJECT_TOKEN.match(name):
+            raise JetStreamOptionError(f"option 'stream' is not a valid stream name: {name!r}")
+    if not names:
+        raise JetStreamOptionError("option 'stream' names no stream")
+    return names
+
+
+def _subject_filters(options: Mapping[str, str]) -> tuple[str, ...]:
+    text = _get(options, "subjectFilter")
+    if text is None:
+        return ()
+    filters = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    for subject in filters:
+        problem = subject_problem(subject, wildcards=True)
+        if problem is not None:
+            raise JetStreamOptionError(
+                f"option 'subjectFilter' has an invalid filter {subject!r}: {problem}"
+            )
+    return filters
+
+
+def _check_order(start: Bound, end: Bound) -> None:
+    """Refuse a batch range whose start is after its end (Kafka's source refuses it too)."""
+    inverted = (
+        start.position is Position.SEQUENCE
+        and end.position is Position.SEQUENCE
+        and start.sequence > end.sequence
+    ) or (
+        start.position is Position.TIME
+        and end.position is Position.TIME
+        and start.time is not None
+        and end.time is not None
+        and start.time > end.time
+    )
+    if start.position is Position.LATEST and end.position is not Position.LATEST:
+        inverted = True
+    if inverted:
+        raise JetStreamOptionError(
+            f"the start of the range ({start.describe()}) is after its end ({end.describe()})"
+        )
 
 
 @dataclass(frozen=True)
@@ -277,21 +451,33 @@ class ReadOptions:
     """What to read and how: range, partitioning, streaming limits and fetch tuning."""
 
     connection: ConnectionOptions
-    stream: str
-    subject_filter: str | None = None
+    streams: tuple[str, ...]
+    subject_filters: tuple[str, ...] = ()
     start: Bound = Bound(Position.EARLIEST)
     end: Bound = Bound(Position.LATEST)
-    min_partitions: int = 1
+    min_partitions: int | None = None  # None: the cluster's parallelism, when known
     max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION
     max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     fail_on_data_loss: bool = True
     include_headers: bool = False
     read_method: ReadMethod = ReadMethod.AUTO
     fetch_batch: int = DEFAULT_FETCH_BATCH
 
+    @property
+    def stream(self) -> str:
+        """The first (usually the only) stream, for messages about one-stream reads."""
+        return self.streams[0]
+
     @classmethod
     def from_options(cls, raw: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
-        options = _lower(raw)
+        options = normalise(
+            raw,
+            READ_OPTIONS,
+            READ_ALIASES,
+            "streaming read" if streaming else "batch read",
+        )
         if streaming and (
             _get(options, "endingOffsets") is not None
             or _get(options, "endingTimestamp") is not None
@@ -305,6 +491,8 @@ class ReadOptions:
         end = _bound(options, "endingOffsets", "endingTimestamp", Position.LATEST)
         if end.position is Position.EARLIEST:
             raise JetStreamOptionError("option 'endingOffsets' must be latest or a sequence")
+        if not streaming:
+            _check_order(start, end)
         method_text = (_get(options, "readMethod") or "auto").lower()
         try:
             method = ReadMethod(method_text)
@@ -312,18 +500,37 @@ class ReadOptions:
             raise JetStreamOptionError(
                 f"option 'readMethod' must be auto, direct or consumer, got {method_text!r}"
             ) from None
+        filters = _subject_filters(options)
+        if method is ReadMethod.DIRECT and len(filters) > 1:
+            raise JetStreamOptionError(
+                "readMethod=direct takes one subjectFilter; several need readMethod=consumer"
+            )
+        max_rows = _int(options, "maxMessagesPerTrigger", None, 1)
+        min_rows = _int(options, "minMessagesPerTrigger", None, 1)
+        if max_rows is not None and min_rows is not None and min_rows > max_rows:
+            raise JetStreamOptionError(
+                f"option 'minMessagesPerTrigger' ({min_rows}) is above "
+                f"'maxMessagesPerTrigger' ({max_rows})"
+            )
+        delay_text = _get(options, "maxTriggerDelay")
         return cls(
             connection=ConnectionOptions.from_options(options),
-            stream=_stream_name(options),
-            subject_filter=_get(options, "subjectFilter"),
+            streams=_stream_names(options),
+            subject_filters=filters,
             start=start,
             end=end,
-            min_partitions=_int(options, "minPartitions", 1, 1) or 1,
+            min_partitions=_int(options, "minPartitions", None, 1),
             max_messages_per_partition=_int(
                 options, "maxMessagesPerPartition", DEFAULT_MAX_MESSAGES_PER_PARTITION, 1
             )
             or DEFAULT_MAX_MESSAGES_PER_PARTITION,
-            max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", None, 1),
+            max_messages_per_trigger=max_rows,
+            min_messages_per_trigger=min_rows,
+            max_trigger_delay=(
+                parse_duration(delay_text, "maxTriggerDelay")
+                if delay_text is not None
+                else DEFAULT_MAX_TRIGGER_DELAY
+            ),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             include_headers=_bool(options, "includeHeaders", False),
             read_method=method,
@@ -346,17 +553,27 @@ class WriteOptions:
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str]) -> WriteOptions:
-        options = _lower(raw)
-        stream = _get(options, "stream")
-        if stream is not None:
-            stream = _stream_name(options)
+        options = normalise(raw, WRITE_OPTIONS, WRITE_ALIASES, "write")
+        stream = None
+        if _get(options, "stream") is not None:
+            streams = _stream_names(options)
+            if len(streams) > 1:
+                raise JetStreamOptionError("option 'stream' of a write names one stream")
+            stream = streams[0]
         write_id = _get(options, "writeId")
         if write_id is not None and any(char.isspace() for char in write_id):
             raise JetStreamOptionError(f"option 'writeId' must not contain spaces: {write_id!r}")
+        subject = _get(options, "subject")
+        if subject is not None:
+            problem = subject_problem(subject, wildcards=False)
+            if problem is not None:
+                raise JetStreamOptionError(
+                    f"option 'subject' {subject!r} cannot be published to: {problem}"
+                )
         connection = ConnectionOptions.from_options(options)
         return cls(
             connection=connection,
-            subject=_get(options, "subject"),
+            subject=subject,
             stream=stream,
             write_id=write_id,
             message_id_column=_get(options, "messageIdColumn"),

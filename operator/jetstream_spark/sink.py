@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -27,14 +28,21 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from . import _sync
-from .client import FastClient, connect
-from .options import WriteOptions
+from ._nats_fast import FastClient
+from .client import connect
+from .options import WriteOptions, subject_problem
 
 log = logging.getLogger(__name__)
 
 _QUERY_ID = "sql.streaming.queryId"
 _BATCH_ID = "streaming.sql.batchId"
 _RESEND_ATTEMPTS = 3
+_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_RESERVED_HEADERS = {
+    "nats-msg-id": "the sink sets it (give messageIdColumn to choose the id)",
+    "nats-expected-stream": "the sink sets it from the 'stream' option",
+}
+_HEADER_LINE = b"NATS/1.0\r\n"
 
 
 class PublishError(RuntimeError):
@@ -107,14 +115,46 @@ class _Publisher:
         self._count += 1
         token = str(self._count)
         self.pending[token.encode()] = (subject, payload, headers)
-        await self.nc.publish(subject, payload, reply=f"{self.prefix}.{token}", headers=headers)
+        await self._send(subject, payload, token, headers)
         if len(self.pending) >= self.options.max_in_flight:
             await self.drain(self.options.max_in_flight // 2)
+
+    async def _send(
+        self, subject: str, payload: bytes, token: str, headers: dict[str, str]
+    ) -> None:
+        """nats-py's publish, bounded: it waits for its flusher, which never finishes when
+        the server stopped reading or the connection is gone for good."""
+        try:
+            await asyncio.wait_for(
+                self.nc.publish(subject, payload, reply=f"{self.prefix}.{token}", headers=headers),
+                self.options.ack_timeout,
+            )
+        except TimeoutError:
+            raise PublishError(
+                f"publishing to '{subject}' did not complete within {self.options.ack_timeout}s"
+                f"{self._server_said()}"
+            ) from None
+        except PublishError:
+            raise
+        except Exception as error:  # nats-py's ConnectionClosedError, OutboundBufferLimitError...
+            raise PublishError(
+                f"publishing to '{subject}' failed: {type(error).__name__} {error}"
+                f"{self._server_said()}"
+            ) from error
+
+    def _server_said(self) -> str:
+        errors = getattr(self.nc, "errors", [])
+        return f" (the connection reported: {'; '.join(dict.fromkeys(errors))})" if errors else ""
 
     async def drain(self, target: int = 0) -> None:
         """Wait until at most `target` messages lack an ack, resending on silence."""
         resends = 0
         while len(self.pending) > target and not self.error:
+            if self.nc.is_closed:
+                raise PublishError(
+                    f"the connection to NATS closed with {len(self.pending)} messages awaiting "
+                    f"their PubAck{self._server_said()}"
+                )
             self._low_water = target
             self._window.clear()
             try:
@@ -125,12 +165,11 @@ class _Publisher:
                     raise PublishError(
                         f"{len(self.pending)} messages got no PubAck within "
                         f"{self.options.ack_timeout}s after {_RESEND_ATTEMPTS} resends"
+                        f"{self._server_said()}"
                     ) from None
                 # Same Nats-Msg-Id, so a copy that did arrive is dropped as a duplicate.
                 for token, (subject, payload, headers) in list(self.pending.items()):
-                    await self.nc.publish(
-                        subject, payload, reply=f"{self.prefix}.{token.decode()}", headers=headers
-                    )
+                    await self._send(subject, payload, token.decode(), headers)
         if self.error:
             raise PublishError(self.error)
 
@@ -141,8 +180,9 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _header_pairs(value: Any) -> list[tuple[str, str]]:
-    """array<struct<key,value>> arrives as dicts, map<k,v> as tuples."""
+def _header_pairs(value: Any, where: str = "a row") -> list[tuple[str, str]]:
+    """array<struct<key,value>> arrives as dicts, map<k,v> as tuples; checked here, not by
+    nats-py (whose checks vary by version: 2.9 let a line break inject headers)."""
     if not value:
         return []
     pairs: list[tuple[str, str]] = []
@@ -150,19 +190,63 @@ def _header_pairs(value: Any) -> list[tuple[str, str]]:
         key, val = (item["key"], item["value"]) if isinstance(item, dict) else item
         if key is None:
             continue
+        key = str(key)
         try:
-            pairs.append((str(key), "" if val is None else _text(val)))
+            text = "" if val is None else _text(val)
         except UnicodeDecodeError:
-            raise PublishError(f"header '{key}' is not UTF-8 text") from None
+            raise PublishError(f"{where}: header '{key}' is not UTF-8 text") from None
+        check_header(key, text, where)
+        if key.lower() in _RESERVED_HEADERS:
+            raise PublishError(
+                f"{where}: header '{key}' may not be given: {_RESERVED_HEADERS[key.lower()]}"
+            )
+        pairs.append((key, text))
     return pairs
 
 
+def check_header(key: str, value: str, where: str) -> None:
+    """A header must stay one `Key: value` line: token characters in the key, no line break
+    (or other control character) in the value, nothing for nats-py to strip or rewrite."""
+    if not _HEADER_KEY.fullmatch(key):
+        raise PublishError(
+            f"{where}: header name {key!r} is not a valid token (letters, digits, !#$%&'*+-.^_`|~)"
+        )
+    if any((ord(char) < 32 and char != "\t") or ord(char) == 127 for char in value):
+        raise PublishError(
+            f"{where}: header '{key}' has a line break or control character in its value "
+            f"{value[:80]!r}"
+        )
+    if value != value.strip():
+        raise PublishError(
+            f"{where}: header '{key}' has leading or trailing whitespace, which NATS drops"
+        )
+
+
+def header_block_size(pairs: list[tuple[str, str]]) -> int:
+    """Bytes of the header block nats-py sends for these pairs (counted in max_payload)."""
+    return (
+        len(_HEADER_LINE)
+        + sum(len(key.encode()) + len(value.encode()) + 4 for key, value in pairs)
+        + 2
+    )
+
+
 async def _publish_batches(
-    options: WriteOptions, columns: tuple[str, ...], batches: Iterable[pa.RecordBatch], ids: str
+    options: WriteOptions,
+    columns: tuple[str, ...],
+    batches: Iterable[pa.RecordBatch],
+    ids: str,
+    where_prefix: str = "partition 0",
 ) -> tuple[int, int]:
-    """Publish every row; `ids` is the message id prefix, rows add their index or column value."""
+    """Publish every row; `ids` is the message id prefix, rows add their index or column value.
+
+    Every row is checked before it is sent (subject, headers, size against the server's
+    max_payload): a bad row fails the task with its position instead of making the server
+    close the connection."""
     id_column = options.message_id_column
+    checked: dict[str, None] = {}  # subjects already validated (rows usually repeat a few)
     async with connect(options.connection) as nc:
+        max_payload = nc.max_payload
         publisher = _Publisher(nc, options)
         await publisher.start()
         row = 0
@@ -179,17 +263,39 @@ async def _publish_batches(
             headers = batch.column("headers").to_pylist() if "headers" in columns else None
             keys = batch.column(id_column).to_pylist() if id_column else None
             for index in range(size):
+                where = f"{where_prefix} row {row}"
                 subject = subjects[index] or options.subject
                 if not subject:
-                    raise PublishError(f"row {row} has no subject and no 'subject' option is set")
+                    raise PublishError(f"{where} has no subject and no 'subject' option is set")
+                if subject not in checked:
+                    problem = subject_problem(subject, wildcards=False)
+                    if problem is not None:
+                        raise PublishError(f"{where}: cannot publish to {subject!r}: {problem}")
+                    checked[subject] = None
                 data = datas[index]
                 payload = data.encode() if isinstance(data, str) else (data or b"")
-                message_id = f"{ids}:{row}" if keys is None else f"{ids}:{keys[index]}"
+                if keys is None:
+                    message_id = f"{ids}:{row}"
+                else:
+                    key = keys[index]
+                    if key is None:
+                        raise PublishError(
+                            f"{where}: messageIdColumn '{id_column}' is null; every row needs "
+                            "its own message id (rows with the same id are stored once)"
+                        )
+                    message_id = f"{ids}:{_text(key)}"
                 pairs = [("Nats-Msg-Id", message_id)]
+                check_header("Nats-Msg-Id", message_id, where)
                 if options.stream:
                     pairs.append(("Nats-Expected-Stream", options.stream))
                 if headers is not None:
-                    pairs.extend(_header_pairs(headers[index]))
+                    pairs.extend(_header_pairs(headers[index], where))
+                total = len(payload) + header_block_size(pairs)
+                if total > max_payload:
+                    raise PublishError(
+                        f"{where} on '{subject}' is {total} bytes with headers, over the "
+                        f"server's max_payload of {max_payload} bytes; nothing of it was sent"
+                    )
                 names = {key for key, _ in pairs}
                 header_map = dict(pairs) if len(names) == len(pairs) else _PairHeaders(pairs)
                 await publisher.publish(subject, payload, header_map)
@@ -217,7 +323,9 @@ class _WriterBase:
             else f"{write_id}:{batch_id}:{partition}"
         )
         published, duplicates = _sync.run(
-            lambda: _publish_batches(self.options, self.columns, batches, ids)
+            lambda: _publish_batches(
+                self.options, self.columns, batches, ids, f"batch {batch_id} partition {partition}"
+            )
         )
         return JetStreamCommitMessage(partition, published, duplicates)
 

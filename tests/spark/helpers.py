@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
@@ -124,3 +125,33 @@ def stored_messages(url: str, stream: str) -> list[tuple[int, str, bytes, dict[s
         return found
 
     return with_js(url, action)
+
+
+def stream_df(spark: Any, url: str, stream: str, **options: Any) -> Any:
+    """A streaming read of `stream` from the earliest message, with extra options."""
+    reader = (
+        spark.readStream.format("jetstream")
+        .option("servers", url)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def available_now_to_parquet(
+    frame: Any, output: Path, checkpoint: Path, timeout: float = 120
+) -> Any:
+    """Run an AvailableNow query into parquet and return it, failed or not (callers check
+    `query.exception()`)."""
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with contextlib.suppress(Exception):  # a failed query raises here
+        query.awaitTermination(timeout)
+    return query

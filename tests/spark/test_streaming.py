@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from pathlib import Path
@@ -10,21 +9,20 @@ from typing import Any
 
 import pytest
 
-from .helpers import create_stream, delete_messages, publish, unique
+from .helpers import (
+    available_now_to_parquet,
+    create_stream,
+    delete_messages,
+    publish,
+    stream_df,
+    unique,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
 def _stream_df(spark: Any, url: str, stream: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("jetstream")
-        .option("servers", url)
-        .option("stream", stream)
-        .option("startingOffsets", "earliest")
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
+    return stream_df(spark, url, stream, **options)
 
 
 def _fill(url: str, stream: str, first: int, count: int) -> None:
@@ -91,7 +89,7 @@ def test_read_limit_sizes_batches_and_available_now_stops(spark: Any, nats_serve
     assert query.exception() is None
     assert _input_rows(query) == [300, 300, 300, 100]
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])
-    assert end == {"stream": stream, "seq": 1001}
+    assert end[stream]["seq"] == 1001 and end[stream]["created"]
 
 
 def test_fail_on_data_loss(spark: Any, nats_server: Any, tmp_path: Path) -> None:
@@ -101,18 +99,8 @@ def test_fail_on_data_loss(spark: Any, nats_server: Any, tmp_path: Path) -> None
     output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
     def run(fail_on_data_loss: bool) -> Any:
-        query = (
-            _stream_df(spark, url, stream, failOnDataLoss=str(fail_on_data_loss).lower())
-            .select("sequence")
-            .writeStream.format("parquet")
-            .option("path", str(output))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        with contextlib.suppress(Exception):  # a failed query raises here; we check it below
-            query.awaitTermination(120)
-        return query
+        frame = _stream_df(spark, url, stream, failOnDataLoss=str(fail_on_data_loss).lower())
+        return available_now_to_parquet(frame.select("sequence"), output, checkpoint)
 
     first = run(True)
     assert first.exception() is None

@@ -23,7 +23,8 @@ from pyspark.sql.types import (
 
 from jetstream_operator.devenv.pki import create_ca, issue_cert
 from jetstream_spark import JetStreamOptionError, ReadOptions, WriteOptions, message_schema
-from jetstream_spark.client import FastClient, StreamInfo
+from jetstream_spark._nats_fast import FastClient
+from jetstream_spark.client import StreamInfo
 from jetstream_spark.fetch import DataLossError
 from jetstream_spark.options import ConnectionOptions, Position, ReadMethod, parse_time
 from jetstream_spark.planning import SequenceRange, next_end, split_range
@@ -105,7 +106,7 @@ def test_read_options() -> None:
     assert (options.start.position, options.start.sequence) == (Position.SEQUENCE, 42)
     assert options.end.time == datetime(2026, 11, 21, 10, tzinfo=UTC)
     assert (options.min_partitions, options.max_messages_per_partition) == (3, 1000)
-    assert not options.fail_on_data_loss and options.subject_filter == "orders.eu.>"
+    assert not options.fail_on_data_loss and options.subject_filters == ("orders.eu.>",)
     assert parse_time("1700000000000") == datetime.fromtimestamp(1_700_000_000, UTC)
 
     for bad, message in [
@@ -298,15 +299,16 @@ def test_everything_spark_ships_pickles_without_connections() -> None:
 
     piece = SequenceRange(3, 9, direct=False)
     assert pickle.loads(pickle.dumps(piece)) == piece
-    source = JetStreamDataSource({"stream": "S", "subject": "s.x", "servers": "nats://h:1"})
+    source = JetStreamDataSource({"stream": "S", "servers": "nats://h:1"})
+    sink = JetStreamDataSource({"subject": "s.x", "servers": "nats://h:1"})
     schema = message_schema(True)
     write_schema = StructType([StructField("data", BinaryType())])
     for shipped in (
         source,
         source.reader(schema),
         source.streamReader(schema),
-        source.writer(write_schema, False),
-        source.streamWriter(write_schema, True),
+        sink.writer(write_schema, False),
+        sink.streamWriter(write_schema, True),
     ):
         copy = pickle.loads(pickle.dumps(shipped))
         assert type(copy) is type(shipped)
@@ -314,3 +316,180 @@ def test_everything_spark_ships_pickles_without_connections() -> None:
             type(value).__module__.startswith(("nats", "asyncio", "ssl"))
             for value in vars(copy).values()
         )
+
+
+def test_unknown_options_are_refused_with_the_closest_name() -> None:
+    with pytest.raises(JetStreamOptionError, match="did you mean 'maxMessagesPerTrigger'"):
+        ReadOptions.from_options({"stream": "S", "maxMessagesPerTriger": "5"}, streaming=True)
+    with pytest.raises(JetStreamOptionError, match="unknown option 'subject' for a jetstream"):
+        ReadOptions.from_options({"stream": "S", "subject": "x"})
+    with pytest.raises(JetStreamOptionError, match="did you mean 'messageIdColumn'"):
+        WriteOptions.from_options({"subject": "a", "messageIdColum": "id"})
+    # Spark's own keys and the earlier 'url' name pass.
+    assert ReadOptions.from_options({"stream": "S", "path": "p", "url": "nats://h:1"}).connection
+    assert ReadOptions.from_options({"stream": "S", "url": "nats://h:1"}).connection.servers == (
+        "nats://h:1",
+    )
+
+
+def test_kafka_names_are_aliases() -> None:
+    options = ReadOptions.from_options(
+        {
+            "subscribe": "A,B",
+            "maxOffsetsPerTrigger": "100",
+            "minOffsetsPerTrigger": "10",
+            "maxTriggerDelay": "2m",
+            "maxRecordsPerPartition": "500",
+            "kafka.bootstrap.servers": "nats://h:1",
+        },
+        streaming=True,
+    )
+    assert options.streams == ("A", "B")
+    assert (options.max_messages_per_trigger, options.min_messages_per_trigger) == (100, 10)
+    assert options.max_trigger_delay == 120.0
+    assert options.max_messages_per_partition == 500
+    assert options.connection.servers == ("nats://h:1",)
+    assert WriteOptions.from_options({"topic": "out.x"}).subject == "out.x"
+    with pytest.raises(JetStreamOptionError, match="mean the same; set only one"):
+        ReadOptions.from_options(
+            {"stream": "S", "maxOffsetsPerTrigger": "1", "maxMessagesPerTrigger": "2"}
+        )
+    with pytest.raises(JetStreamOptionError, match="is above"):
+        ReadOptions.from_options(
+            {"stream": "S", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "2"}
+        )
+    with pytest.raises(JetStreamOptionError, match="duration"):
+        ReadOptions.from_options({"stream": "S", "maxTriggerDelay": "soon"})
+
+
+def test_inverted_ranges_are_errors() -> None:
+    for start, end in [
+        ({"startingOffsets": "500"}, {"endingOffsets": "100"}),
+        (
+            {"startingTimestamp": "2026-11-22T00:00:00Z"},
+            {"endingTimestamp": "2026-11-21T00:00:00Z"},
+        ),
+        ({"startingOffsets": "latest"}, {"endingOffsets": "100"}),
+    ]:
+        with pytest.raises(JetStreamOptionError, match="is after its end"):
+            ReadOptions.from_options({"stream": "S", **start, **end})
+    from jetstream_spark.planning import check_resolved_order
+
+    timed = ReadOptions.from_options(
+        {"stream": "S", "startingOffsets": "500", "endingTimestamp": "2026-11-21T00:00:00Z"}
+    )
+    with pytest.raises(JetStreamOptionError, match=r"'S': the start .* is after the end"):
+        check_resolved_order(timed, "S", 500, 99)
+    check_resolved_order(timed, "S", 100, 99)  # empty, not inverted
+    clamped = ReadOptions.from_options(
+        {"stream": "S", "startingOffsets": "50", "endingOffsets": "90"}
+    )
+    check_resolved_order(clamped, "S", 50, 30)  # the end was clamped to the stream's last
+
+
+def test_subjects_are_checked_by_us() -> None:
+    from jetstream_spark.options import subject_problem
+
+    assert subject_problem("orders.eu.1", wildcards=False) is None
+    assert subject_problem("orders.*.>", wildcards=True) is None
+    assert "wildcard '*'" in str(subject_problem("orders.*", wildcards=False))
+    assert "wildcard '>'" in str(subject_problem("orders.>", wildcards=False))
+    assert "line break" in str(subject_problem("a\r\nPUB x 1", wildcards=False))
+    assert "empty token" in str(subject_problem("a..b", wildcards=False))
+    assert "last token" in str(subject_problem("a.>.b", wildcards=True))
+    with pytest.raises(JetStreamOptionError, match="cannot be published to"):
+        WriteOptions.from_options({"subject": "orders.>"})
+    with pytest.raises(JetStreamOptionError, match="invalid filter"):
+        ReadOptions.from_options({"stream": "S", "subjectFilter": "a b"})
+    with pytest.raises(JetStreamOptionError, match="several need readMethod=consumer"):
+        ReadOptions.from_options(
+            {"stream": "S", "subjectFilter": "a.1,a.2", "readMethod": "direct"}
+        )
+
+
+def test_headers_are_checked_by_us() -> None:
+    from jetstream_spark.sink import PublishError, _header_pairs, header_block_size
+
+    where = "batch 0 partition 1 row 7"
+    for pairs, message in [
+        ([("X", "ok\r\nNats-Msg-Id: forged")], "line break"),
+        ([("X", "a\nb")], "line break"),
+        ([("Bad Key", "v")], "not a valid token"),
+        ([("X:Y", "v")], "not a valid token"),
+        ([("X", " padded")], "whitespace"),
+        ([("Nats-Msg-Id", "mine")], "messageIdColumn"),
+    ]:
+        with pytest.raises(PublishError, match=f"{where}: .*{message}"):
+            _header_pairs(pairs, where)
+    pairs = [("Nats-Msg-Id", "w:0:1:2"), ("K", "välue")]
+    block = b"NATS/1.0\r\nNats-Msg-Id: w:0:1:2\r\nK: v\xc3\xa4lue\r\n\r\n"
+    assert header_block_size(pairs) == len(block)
+
+
+def test_ranges_over_several_streams() -> None:
+    from jetstream_spark.planning import split_ranges
+
+    pieces = split_ranges(
+        [
+            SequenceRange(1, 100, False, "A", "t1"),
+            SequenceRange(5, 4, False, "B", "t2"),
+            SequenceRange(1, 10, False, "C", "t3"),
+        ],
+        4,
+        1000,
+    )
+    assert [(p.stream, p.first, p.last) for p in pieces] == [
+        ("A", 1, 34),
+        ("A", 35, 67),
+        ("A", 68, 100),
+        ("C", 1, 10),
+    ]
+    assert {p.created for p in pieces if p.stream == "A"} == {"t1"}
+    assert len(split_ranges([SequenceRange(1, 3, stream="A")], 10, 1000)) == 3
+
+
+def test_share_limit_is_proportional() -> None:
+    from jetstream_spark.planning import share_limit
+
+    assert share_limit({"A": 10, "B": 5}, 100) == {"A": 10, "B": 5}
+    shares = share_limit({"A": 900, "B": 100, "C": 0}, 100)
+    assert shares == {"A": 90, "B": 10, "C": 0}
+    uneven = share_limit({"A": 1, "B": 1, "C": 1}, 2)
+    assert sum(uneven.values()) == 2
+
+
+def test_offsets_carry_stream_identity() -> None:
+    from jetstream_spark.planning import StreamPosition, check_identity, offset, read_offsets
+
+    value = offset({"A": StreamPosition(42, "2026-11-23T10:00:00Z")})
+    assert value == {"A": {"seq": 42, "created": "2026-11-23T10:00:00Z"}}
+    assert read_offsets(["A"], value) == {"A": StreamPosition(42, "2026-11-23T10:00:00Z")}
+    assert read_offsets(["A"], {"stream": "A", "seq": 7}) == {"A": StreamPosition(7, "")}
+    with pytest.raises(JetStreamOptionError, match="new checkpoint location"):
+        read_offsets(["B"], value)
+    info = StreamInfo("A", 1, 100, 100, True, 0, "2026-11-23T10:00:00Z")
+    assert check_identity(info, StreamPosition(42, "2026-11-23T10:00:00Z"))
+    assert not check_identity(info, StreamPosition(42, "2026-11-23T09:00:00Z"))
+    assert check_identity(info, StreamPosition(101, ""))
+    assert not check_identity(info, StreamPosition(500, ""))  # sequences went backwards
+
+
+def test_nats_py_internals_are_gated_by_the_pinned_range() -> None:
+    import tomllib
+
+    from jetstream_spark._nats_fast import (
+        SUPPORTED_NATS_PY,
+        UnsupportedNatsPy,
+        check_version,
+        nats_py_version,
+    )
+
+    low, high = SUPPORTED_NATS_PY
+    assert low <= nats_py_version() < high  # the installed nats-py is one this was tested on
+    check_version(low)
+    for outside in ((2, 8), high, (3, 0)):
+        with pytest.raises(UnsupportedNatsPy, match="Install 'jetstream-operator\\[spark\\]'"):
+            check_version(outside)
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    pin = f"nats-py>={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+    assert pin in project["project"]["optional-dependencies"]["spark"]
