@@ -91,6 +91,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         lambda: FailureMemory(
             base_delay=operator_settings.retry_base_delay,
             max_delay=operator_settings.retry_max_delay,
+            transient_max_delay=min(30.0, operator_settings.retry_max_delay),
         )
     )
     budget = memo.budget = StatusBudget(

@@ -37,7 +37,7 @@ from .results import (
     validation_message,
 )
 
-_MAX_STEPS = 3  # a create or update, plus a placement change the server wants on its own
+_MAX_STEPS = 4  # a create or update, a placement change the server wants on its own, a check
 
 
 async def reconcile(
@@ -82,6 +82,7 @@ async def reconcile(
                     events.append(_creation_event(name, drift, history))
                     if events[-1].type == "Warning":
                         outcome = Outcome(True, "RecreatedAfterLoss", events[-1].message)
+                    continue  # the server may have stored something else: look again
                 case UpdateStream():
                     actual = (info or {}).get("config") or {}
                     if history is not None and history.memory.repeats(

@@ -45,10 +45,11 @@ class SecretReader:
         return {key: base64.b64decode(value) for key, value in data.items()}
 
     async def hold(self, namespace: str, name: str, finalizer: str, held: bool) -> None:
-        """Add or remove our finalizer; no request when the last read shows it as wanted."""
+        """Add or remove our finalizer; no request to add it when the last read shows it."""
         known = self._finalizers.get((namespace, name))
-        if known is not None and (finalizer in known) == held:
-            return
+        if held and known is not None and finalizer in known:
+            return  # checked every few seconds: trust the last read; a release always reads
+        logger.info("%s Secret %s/%s", "holding" if held else "releasing", namespace, name)
         try:
             secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
         except ApiException as error:

@@ -8,6 +8,7 @@ Secret values are kept out of every repr, log line and error message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import tempfile
@@ -206,7 +207,9 @@ class ConnectionPool:
 
 
 async def _close(connection: Client) -> None:
+    """Drain, or at least close; a connection to a server that is gone may fail both."""
     try:
         await connection.drain()
     except Exception:  # closing; nothing left to do with the error
-        await connection.close()
+        with contextlib.suppress(Exception):
+            await connection.close()

@@ -1,0 +1,81 @@
+"""The servers' own figures, for tests that count what the operator wrote or requested:
+kube-apiserver's /metrics and JetStream's API audit advisories, never the operator's counters."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections import Counter
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from jetstream_operator import GROUP
+
+OUR_RESOURCES = ("streams", "consumers", "natsconnections")
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+
+
+def apiserver_writes(plane: Any, resources: tuple[str, ...] = OUR_RESOURCES) -> Counter[str]:
+    """Writes the API server has served for our kinds, by `verb resource[/subresource]`."""
+    request = urllib.request.Request(f"{plane.url}/metrics")
+    with urllib.request.urlopen(request, context=plane.ssl_context(), timeout=10) as answer:
+        text = answer.read().decode()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(
+            part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(",")
+        )
+        labels = {key: value.strip('"') for key, value in labels.items()}
+        if labels.get("group") != GROUP or labels.get("verb") not in WRITE_VERBS:
+            continue
+        if labels.get("resource") not in resources:
+            continue
+        sub = labels.get("subresource")
+        where = labels["resource"] + (f"/{sub}" if sub else "")
+        counts[f"{labels['verb']} {where}"] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def difference(after: Counter[str], before: Counter[str]) -> dict[str, int]:
+    return {key: after[key] - before[key] for key in after if after[key] != before[key]}
+
+
+class ApiAudit:
+    """Every JetStream API request the server announces (`$JS.EVENT.ADVISORY.API`), whoever
+    sent it: the subjects, in order."""
+
+    def __init__(self) -> None:
+        self.subjects: list[str] = []
+        self._subscription: Subscription | None = None
+
+    async def start(self, connection: Client) -> ApiAudit:
+        async def record(message: Msg) -> None:
+            advisory = json.loads(message.data)
+            self.subjects.append(str(advisory.get("subject", "")))
+
+        self._subscription = await connection.subscribe("$JS.EVENT.ADVISORY.API", cb=record)
+        await connection.flush()
+        return self
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            await self._subscription.unsubscribe()
+
+    def count(self, operation: str, name: str | None = None) -> int:
+        """Requests of one operation (e.g. "STREAM.UPDATE"), optionally for one object."""
+        prefix = f"$JS.API.{operation}"
+        return sum(
+            1
+            for subject in self.subjects
+            if subject.startswith(prefix) and (name is None or subject.split(".")[-1] == name)
+        )
+
+    def writes(self) -> int:
+        """Requests that change something: creates, updates, deletes, purges, pauses."""
+        verbs = (".CREATE.", ".UPDATE.", ".DELETE.", ".PURGE.", ".PAUSE.", ".DURABLE.CREATE.")
+        return sum(1 for subject in self.subjects if any(verb in subject for verb in verbs))

@@ -1,0 +1,233 @@
+"""The handler layer and drift repair against an in-memory JetStream that answers like the
+server where it matters here: it keeps some values of its own, and counts every request.
+
+These check the glue (history, backoff, events, status writes, one failure not stopping the
+others); that the real server behaves this way is tested against nats-server in tests/integration.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from jetstream_operator.handlers import stream as stream_handlers
+from jetstream_operator.handlers.connections import ConnectionDirectory, ConnectionNotReady
+from jetstream_operator.handlers.drift import DriftWatcher, WatchSettings
+from jetstream_operator.handlers.failures import FailureMemory, History
+from jetstream_operator.handlers.registry import ResourceRegistry
+from jetstream_operator.handlers.status_writes import StatusBudget
+from jetstream_operator.nats.jsapi import JetStreamError
+from jetstream_operator.nats.pool import ConnectionTarget
+from jetstream_operator.reconcile.conditions import Outcome, conditions_for
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
+
+OWNER = Owner("ns", "orders", "uid-1")
+
+
+class FakeJetStream:
+    """Streams by name; `forced` values are kept whatever an update asks for."""
+
+    def __init__(self, forced: dict[str, Any] | None = None) -> None:
+        self.streams: dict[str, dict[str, Any]] = {}
+        self.forced = forced or {}
+        self.requests: list[str] = []
+        self.refuse: str | None = None
+
+    def _info(self, name: str) -> dict[str, Any]:
+        return {
+            "config": copy.deepcopy(self.streams[name]),
+            "state": {"messages": 0, "consumer_count": 0},
+            "created": "2026-01-01T00:00:00Z",
+        }
+
+    async def stream_info(self, name: str) -> dict[str, Any] | None:
+        self.requests.append(f"INFO {name}")
+        return self._info(name) if name in self.streams else None
+
+    async def _store(self, operation: str, config: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(f"{operation} {config['name']}")
+        if self.refuse:
+            raise JetStreamError(400, 10052, self.refuse)
+        self.streams[config["name"]] = {**config, **self.forced}
+        return self._info(config["name"])
+
+    async def create_stream(self, config: dict[str, Any]) -> dict[str, Any]:
+        return await self._store("CREATE", config)
+
+    async def update_stream(self, config: dict[str, Any]) -> dict[str, Any]:
+        return await self._store("UPDATE", config)
+
+    async def list_streams(self) -> list[dict[str, Any]]:
+        self.requests.append("LIST")
+        return [self._info(name) for name in self.streams]
+
+    def sent(self, operation: str) -> int:
+        return sum(1 for request in self.requests if request.startswith(operation))
+
+
+class RecordingWriter:
+    def __init__(self, failing: set[str] | None = None) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.failing = failing or set()
+
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> bool:
+        if name in self.failing:
+            raise RuntimeError(f"API server refused {name}")
+        self.patches.append((name, status))
+        return True
+
+    async def post_event(
+        self, reference: dict[str, Any], event_type: str, reason: str, message: str
+    ) -> None:
+        self.events.append((reference["metadata"]["name"], event_type, reason))
+
+
+def stream_body(name: str, uid: str, spec: dict[str, Any], **status: Any) -> dict[str, Any]:
+    ready = conditions_for(Outcome(True, "Synced", f"stream {spec['name']} matches the spec"), 1)
+    return {
+        "metadata": {"namespace": "ns", "name": name, "uid": uid, "generation": 1},
+        "spec": spec,
+        "status": {"conditions": ready, "observedGeneration": 1, **status},
+    }
+
+
+def history(memory: FailureMemory, **status: Any) -> History:
+    return History(1, status, memory)
+
+
+async def test_a_value_the_server_keeps_is_sent_once_then_reported_not_looped() -> None:
+    server = FakeJetStream(forced={"allow_rollup_hdrs": True})
+    memory = FailureMemory(jitter=lambda: 1.0)
+    spec = {"name": "ORDERS", "subjects": ["orders.>"]}
+    created = await stream_handlers.reconcile(spec, OWNER, server, history=history(memory))
+    assert created.outcome.ready is False and created.outcome.reason == "NotConverging"
+    assert "allow_rollup_hdrs" in created.outcome.message
+    assert [event.reason for event in created.events].count("NotConverging") == 1
+    # Each update raises an advisory that starts another pass: it must send nothing more.
+    sent = server.sent("UPDATE")
+    for _ in range(20):
+        again = await stream_handlers.reconcile(
+            spec, OWNER, server, drift=True, history=history(memory)
+        )
+        assert again.outcome.reason == "NotConverging"
+        assert not [event for event in again.events if event.type == "Warning"]
+    assert server.sent("UPDATE") == sent <= 1
+
+
+async def test_a_rejected_update_is_retried_only_when_due_or_when_something_changed() -> None:
+    server = FakeJetStream()
+    memory = FailureMemory(jitter=lambda: 1.0)
+    spec = {"name": "ORDERS", "subjects": ["orders.>"]}
+    await stream_handlers.reconcile(spec, OWNER, server, history=history(memory))
+    server.refuse = "stream configuration update can not change sealed"
+    changed = {**spec, "description": "new"}
+    first = await stream_handlers.reconcile(changed, OWNER, server, history=history(memory))
+    assert first.outcome.reason == "ServerRejected" and first.delay is not None
+    for _ in range(10):
+        await stream_handlers.reconcile(changed, OWNER, server, history=history(memory))
+    assert server.sent("UPDATE") == 1
+    memory.clock = lambda: float("inf")  # the backoff ran out
+    await stream_handlers.reconcile(changed, OWNER, server, history=history(memory))
+    assert server.sent("UPDATE") == 2
+
+
+async def test_a_restored_resource_reattaches_with_an_event() -> None:
+    server = FakeJetStream()
+    await stream_handlers.reconcile({"name": "ORDERS"}, Owner("ns", "orders", "old"), server)
+    restored = await stream_handlers.reconcile({"name": "ORDERS"}, OWNER, server)
+    assert restored.outcome.ready
+    assert "Reattached" in [event.reason for event in restored.events]
+    assert server.streams["ORDERS"]["metadata"][OWNER_METADATA_KEY] == OWNER.encode()
+    other = await stream_handlers.reconcile({"name": "ORDERS"}, Owner("ns", "other", "x"), server)
+    assert other.outcome.reason == "Conflict"
+
+
+async def test_a_stream_that_vanished_holding_data_comes_back_with_a_warning() -> None:
+    server = FakeJetStream()
+    memory = FailureMemory()
+    shown = {"streamName": "ORDERS", "messages": 12, "firstSequence": 1, "lastSequence": 12}
+    result = await stream_handlers.reconcile(
+        {"name": "ORDERS"}, OWNER, server, drift=True, history=history(memory, **shown)
+    )
+    warnings = [event for event in result.events if event.type == "Warning"]
+    assert [event.reason for event in warnings] == ["RecreatedAfterLoss"]
+    assert "12 messages" in warnings[0].message and "1..12" in warnings[0].message
+    quiet = await stream_handlers.reconcile(
+        {"name": "ORDERS2"}, OWNER, server, drift=True, history=history(memory)
+    )
+    assert [event.reason for event in quiet.events] == ["Recreated"]
+
+
+def watcher(
+    streams: ResourceRegistry, writer: RecordingWriter, memory: FailureMemory
+) -> DriftWatcher:
+    return DriftWatcher(
+        streams,
+        ResourceRegistry(),
+        pool=None,  # type: ignore[arg-type]  # resync() is called with the JetStream directly
+        target=ConnectionTarget(("nats://127.0.0.1:4222",)),
+        writer=writer,  # type: ignore[arg-type]
+        settings=WatchSettings(resync_interval=30),
+        failures=memory,
+        budget=StatusBudget(),
+    )
+
+
+async def test_resyncs_of_a_stalled_resource_post_one_warning_and_send_nothing_more() -> None:
+    server = FakeJetStream(forced={"allow_rollup_hdrs": True})
+    streams = ResourceRegistry()
+    writer = RecordingWriter()
+    memory = FailureMemory(jitter=lambda: 1.0)
+    streams.observe("ADDED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
+    drift = watcher(streams, writer, memory)
+    for _ in range(10):
+        await drift.resync(server)  # type: ignore[arg-type]
+    assert server.sent("CREATE") == 1 and server.sent("UPDATE") <= 1
+    assert [event for event in writer.events if event[1] == "Warning"] == [
+        ("orders", "Warning", "NotConverging")
+    ]
+    assert len(writer.patches) == 1  # the condition, once
+
+
+async def test_an_idle_resync_writes_nothing_and_one_failing_resource_stops_no_other() -> None:
+    server = FakeJetStream()
+    streams = ResourceRegistry()
+    writer = RecordingWriter(failing={"broken"})
+    memory = FailureMemory()
+    for name in ("first", "broken", "last"):
+        streams.observe("ADDED", stream_body(name, f"uid-{name}", {"name": name.upper()}))
+    drift = watcher(streams, writer, memory)
+    await drift.resync(server)  # type: ignore[arg-type]
+    assert {name for name, _ in writer.patches} == {"first", "last"}
+    assert server.sent("CREATE") == 3
+    for resource in streams:  # as the watch would deliver the written status
+        for name, patch in writer.patches:
+            if resource.owner.name == name:
+                resource.body["status"] = {**resource.status, **patch}
+    writer.patches.clear()
+    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(server)  # type: ignore[arg-type]
+    assert writer.patches == []
+
+
+async def test_the_directory_explains_a_missing_or_required_connection() -> None:
+    default = ConnectionTarget(("nats://127.0.0.1:4222",))
+    directory = ConnectionDirectory(default, ResourceRegistry(), None, None)  # type: ignore[arg-type]
+    assert await directory.target_for("ns", {}) is default
+    with pytest.raises(ConnectionNotReady) as missing:
+        await directory.target_for("ns", {"connectionRef": "tenant"})
+    assert missing.value.reason == "ConnectionNotFound"
+    strict = ConnectionDirectory(default, ResourceRegistry(), None, None, require_reference=True)  # type: ignore[arg-type]
+    with pytest.raises(ConnectionNotReady) as required:
+        await strict.target_for("ns", {})
+    assert required.value.reason == "ConnectionRequired"
+    remembered = ConnectionTarget(("nats://127.0.0.1:4223",))
+    assert directory.remember(("ns", "tenant"), remembered)
+    assert not directory.remember(("ns", "tenant"), remembered)
+    assert await directory.target_for("ns", {"connectionRef": "tenant"}) is remembered
+    assert directory.known() == {None: default, ("ns", "tenant"): remembered}

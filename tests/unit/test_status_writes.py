@@ -1,0 +1,101 @@
+"""Which status writes happen: only changes, and traffic counters within a budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jetstream_operator.handlers.registry import TrackedResource
+from jetstream_operator.handlers.results import Result
+from jetstream_operator.handlers.status_writes import (
+    StatusBudget,
+    only_counters,
+    status_changes,
+    status_patch,
+)
+from jetstream_operator.reconcile.conditions import Outcome, conditions_for
+from jetstream_operator.reconcile.ownership import Owner
+
+SYNCED = Outcome(True, "Synced", "stream S matches the spec")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tracked(status: dict[str, Any], uid: str = "u1") -> TrackedResource:
+    body = {"metadata": {"generation": 3}, "status": status}
+    return TrackedResource(Owner("ns", "s", uid), body)
+
+
+def settled_status(**live: Any) -> dict[str, Any]:
+    return {"observedGeneration": 3, "conditions": conditions_for(SYNCED, 3), **live}
+
+
+def test_nothing_changed_means_nothing_written() -> None:
+    status = settled_status(messages=5, leader="n1")
+    assert status_changes(status, Result(SYNCED, status={"messages": 5, "leader": "n1"}), 3) == {}
+
+
+def test_only_the_changed_keys_are_written() -> None:
+    status = settled_status(messages=5, leader="n1")
+    result = Result(SYNCED, status={"messages": 5, "leader": "n2"})
+    assert status_changes(status, result, 3) == {"leader": "n2"}
+
+
+def test_a_new_generation_rewrites_the_conditions() -> None:
+    changes = status_changes(settled_status(), Result(SYNCED), 4)
+    assert changes["observedGeneration"] == 4
+    assert {c["observedGeneration"] for c in changes["conditions"]} == {4}
+
+
+def test_replica_lag_counts_as_traffic_but_a_replica_falling_behind_does_not() -> None:
+    before = {"replicaStates": [{"name": "n2", "current": True, "lag": 0}]}
+    lagging = {"replicaStates": [{"name": "n2", "current": True, "lag": 9}]}
+    behind = {"replicaStates": [{"name": "n2", "current": False, "lag": 9}]}
+    assert only_counters({"messages": 1, **lagging}, before)
+    assert not only_counters(behind, before)
+    assert not only_counters({"consumerCount": 2}, {})
+
+
+def test_counters_are_written_once_per_interval_per_resource() -> None:
+    clock = Clock()
+    budget = StatusBudget(interval=60.0, rate=100.0, burst=100.0, clock=clock)
+    resource = tracked(settled_status(messages=1))
+    busy = Result(SYNCED, status={"messages": 2})
+    assert status_patch(resource, busy, budget) == {"messages": 2}
+    clock.now = 30.0
+    assert status_patch(resource, Result(SYNCED, status={"messages": 3}), budget) is None
+    clock.now = 61.0
+    assert status_patch(resource, Result(SYNCED, status={"messages": 3}), budget) is not None
+
+
+def test_conditions_and_structure_are_never_held_back() -> None:
+    clock = Clock()
+    budget = StatusBudget(interval=60.0, clock=clock)
+    resource = tracked(settled_status(messages=1, consumerCount=0))
+    assert status_patch(resource, Result(SYNCED, status={"messages": 2}), budget)
+    counted = Result(SYNCED, status={"messages": 3, "consumerCount": 1})
+    assert status_patch(resource, counted, budget) == {"messages": 3, "consumerCount": 1}
+    failing = Result(Outcome(False, "ServerRejected", "no", stalled=True))
+    assert "conditions" in (status_patch(resource, failing, budget) or {})
+
+
+def test_the_global_rate_bounds_counter_writes_across_resources() -> None:
+    clock = Clock()
+    budget = StatusBudget(interval=60.0, rate=2.0, burst=5.0, clock=clock)
+    busy = Result(SYNCED, status={"messages": 2})
+    written = sum(
+        status_patch(tracked(settled_status(messages=1), uid=f"u{i}"), busy, budget) is not None
+        for i in range(100)
+    )
+    assert written == 5  # the burst
+    clock.now = 10.0
+    written = sum(
+        status_patch(tracked(settled_status(messages=1), uid=f"v{i}"), busy, budget) is not None
+        for i in range(100)
+    )
+    assert written == 5  # 10 s at 2/s refills 20, but the bucket holds 5
