@@ -13,61 +13,21 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/venv/bin:$PATH
 
 RUN python -m venv /opt/venv
+WORKDIR /src
 
-# Runtime dependencies, pinned: the closure of pyproject.toml's [project].dependencies at the
-# versions the test suite runs with. tests/delivery/test_dockerfile.py checks that every
-# runtime dependency is pinned here and that the pins satisfy pyproject.toml. Every package
-# has a manylinux wheel for CPython 3.11, so no compiler is needed.
-RUN pip install --no-deps \
-        aiohappyeyeballs==2.7.1 \
-        aiohttp==3.14.5 \
-        aiohttp-retry==2.9.1 \
-        aiosignal==1.4.0 \
-        annotated-types==0.8.0 \
-        attrs==26.1.0 \
-        certifi==2026.10.18 \
-        cffi==2.1.1 \
-        charset-normalizer==3.5.2 \
-        click==8.5.1 \
-        cryptography==50.0.2 \
-        durationpy==0.11 \
-        frozenlist==1.8.0 \
-        idna==3.20 \
-        iso8601==2.1.0 \
-        jsonpatch==1.47 \
-        jsonpointer==3.12 \
-        kopf==1.45.2 \
-        kubernetes==37.0.2 \
-        multidict==7.2.1 \
-        nats-py==2.16.0 \
-        oauthlib==4.0.1 \
-        prometheus-client==0.26.0 \
-        propcache==0.5.4 \
-        pycparser==3.12 \
-        pydantic==2.14.3 \
-        pydantic-core==2.50.4 \
-        pydantic-settings==2.16.3 \
-        python-dateutil==4.0.0 \
-        python-dotenv==1.2.4 \
-        python-json-logger==4.2.0 \
-        pyyaml==6.0.3 \
-        requests==2.34.2 \
-        requests-oauthlib==2.0.0 \
-        typing-extensions==4.16.0 \
-        typing-inspection==0.4.5 \
-        tzdata==2026.6 \
-        urllib3==2.8.0 \
-        websocket-client==1.9.2 \
-        yarl==1.25.1 \
+# Every package of the image, pinned with hashes in image-requirements.txt, which pip-compile
+# maintains (`make image-lock`): the runtime closure of pyproject.toml's dependencies plus the
+# build backend. Every package has a wheel for CPython 3.11, so no compiler is needed.
+COPY image-requirements.txt ./
+RUN pip install --no-deps --require-hashes --requirement image-requirements.txt \
     && pip check
 
-# The operator itself, built with pinned build tools and without fetching anything else.
-WORKDIR /src
+# The operator itself, built with the pinned build tools and without fetching anything else;
+# the build tools then leave the virtualenv.
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN pip install setuptools==84.2.1 wheel==0.48.0 \
-    && pip install --no-deps --no-build-isolation . \
-    && pip uninstall --yes pip setuptools wheel \
+RUN pip install --no-deps --no-build-isolation . \
+    && pip uninstall --yes pip setuptools wheel packaging \
     && jetstream-operator --help > /dev/null
 
 
@@ -78,11 +38,13 @@ LABEL org.opencontainers.image.title="jetstream-operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 
 # A named user, so getpass.getuser() (kopf's peering identity) resolves; the numeric id is what
-# the chart's securityContext expects (runAsUser/runAsGroup 10001).
-RUN groupadd --system --gid 10001 operator \
+# the chart's securityContext expects (runAsUser/runAsGroup 10001). Not `operator`: Debian has
+# that group already (GID 37). The base's own pip, if it has one, goes too.
+RUN groupadd --system --gid 10001 jetstream-operator \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin operator \
-    && python -m pip uninstall --yes pip setuptools wheel
+        --shell /usr/sbin/nologin jetstream-operator \
+    && if python -m pip --version > /dev/null 2>&1; then \
+        python -m pip uninstall --yes pip setuptools wheel; fi
 
 COPY --from=build /opt/venv /opt/venv
 

@@ -9,13 +9,15 @@ CLI := $(VENV)/bin/jetstream-operator
 STAMP := $(VENV)/.installed-stamp
 DEV_DIR ?= .dev
 
-.PHONY: help venv tools run down status test unit integration lint crds chaos bench e2e e2e-image e2e-check
+.PHONY: help venv tools run down status test unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
 	@echo "make test   lint, unit and integration tests against real kube-apiserver and nats-server"
 	@echo "make down   stop the local environment started by make run"
 	@echo "make crds   regenerate crds/ from the models"
+	@echo "make image  build the image with a Docker this sets up (apt-get, dockerd, a debootstrap base)"
+	@echo "make image-lock  re-pin image-requirements.txt (every package of the image) with pip-compile"
 	@echo "make chaos  the fault suite at full size"
 	@echo "make bench  the benchmarks behind docs/benchmarks.md"
 	@echo "make e2e    the end-to-end suites against an existing cluster: E2E_KUBECONFIG=... E2E_NATS_URL=..."
@@ -72,6 +74,23 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The image, built as a user builds it, on a machine with no registry: Debian's docker.io is
+# installed and started, and the base image the Dockerfile names is made with debootstrap.
+IMAGE ?= jetstream-operator:dev
+image: venv
+	$(PY) -m jetstream_operator.devenv.containers --build $(IMAGE)
+
+# image-requirements.txt pins every package of the image with hashes; pip-compile maintains it
+# (from pyproject.toml's dependencies and build requirements), never edit it by hand.
+PIP_TOOLS_VERSION := 7.6.2
+PIP_TOOLS := $${JETSTREAM_OPERATOR_CACHE:-$$HOME/.cache/jetstream-operator}/pip-tools-$(PIP_TOOLS_VERSION)
+image-lock:
+	@test -x $(PIP_TOOLS)/bin/pip-compile || { $(PYTHON) -m venv $(PIP_TOOLS) && \
+	  $(PIP_TOOLS)/bin/pip install --quiet pip-tools==$(PIP_TOOLS_VERSION); }
+	$(PIP_TOOLS)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	  --all-build-deps --no-emit-index-url --no-emit-find-links \
+	  --output-file image-requirements.txt pyproject.toml
 
 # The chart renders a byte-identical copy of crds/ (tests/delivery fails when they differ).
 crds: venv

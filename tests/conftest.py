@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from jetstream_operator.devenv.containers import Docker, EngineUnavailable
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.gobuild import ensure_tools
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
@@ -32,6 +33,14 @@ LOG_TAIL_LINES = 60
 INFRA_FIXTURES = frozenset(
     {"control_plane", "kubeconfig", "kubectl", "nats_server", "nats_cluster", "process_logs"}
 )
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+TEST_IMAGE = "jetstream-operator:test"
+# Fixtures that need the container set-up, which `pytest_collection_finish` does up front.
+IMAGE_FIXTURES = frozenset({"docker", "operator_image", "node"})
+_DOCKER = Docker()
+# Why the image cannot be built here, if the set-up found out during collection.
+_image_unavailable: list[str] = []
 
 # fixture -> {process name: log file} for the servers each infrastructure fixture started.
 _fixture_logs: dict[str, dict[str, Path]] = {}
@@ -78,6 +87,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             wanted.add("kubectl")
     if wanted:
         ensure_tools(sorted(wanted))
+    if any(IMAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
+        _prepare_image()
+
+
+def _prepare_image() -> None:
+    """Cold, this is apt-get, debootstrap and a pip download: minutes, more than a test timeout."""
+    try:
+        _DOCKER.start()
+        atexit.register(_DOCKER.stop)
+        _DOCKER.ensure_base_image()
+        _DOCKER.build(REPOSITORY_ROOT, TEST_IMAGE)
+    except EngineUnavailable as error:
+        _image_unavailable.append(str(error))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -162,3 +184,27 @@ def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsClust
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def docker() -> Iterator[Docker]:
+    """Debian's docker.io, installed and started by the project's code, with the base image."""
+    if _image_unavailable:
+        pytest.skip(f"the image cannot be built here: {_image_unavailable[0]}")
+    try:
+        _DOCKER.start()
+        _DOCKER.ensure_base_image()
+    except EngineUnavailable as error:
+        pytest.skip(f"the image cannot be built here: {error}")
+    try:
+        yield _DOCKER
+    finally:
+        _DOCKER.stop()
+
+
+@pytest.fixture(scope="session")
+def operator_image(docker: Docker) -> str:
+    """The project's image, built from this checkout by `docker build` (cached layers if the
+    collection hook built it already)."""
+    docker.build(REPOSITORY_ROOT, TEST_IMAGE)
+    return TEST_IMAGE

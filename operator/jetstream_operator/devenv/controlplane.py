@@ -27,6 +27,15 @@ CONTEXT_NAME = "jetstream-operator-dev"
 # What a nodeless control plane needs of kube-controller-manager: namespaces are finalized and
 # ownerReferences honoured. Other controllers only act on pods, nodes and their workloads.
 DEFAULT_CONTROLLERS = ("namespace-controller", "garbage-collector-controller")
+# The `kubernetes` Service: the first IP of the service range, and its DNS names.
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+KUBERNETES_SERVICE_IP = "10.0.0.1"
+KUBERNETES_SERVICE_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 _PORT_RETRIES = 3
 
 
@@ -38,9 +47,23 @@ def _port_race(fixed_ports: bool, attempt: int, process: ManagedProcess) -> bool
 class ControlPlane:
     """etcd, kube-apiserver, kube-controller-manager in `workdir`; ports kept across restarts."""
 
-    def __init__(self, workdir: Path, controllers: Sequence[str] = DEFAULT_CONTROLLERS) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        controllers: Sequence[str] = DEFAULT_CONTROLLERS,
+        *,
+        node_address: str | None = None,
+    ) -> None:
+        """With `node_address` (an address the project made, see `node.py`) it serves a node.
+
+        The API server then listens on and advertises that address instead of loopback, so pods
+        reach it through the `kubernetes` Service; the ServiceAccount admission plugin, the lease
+        endpoint reconciler, Node authorization and every default controller run, as in a cluster.
+        """
         self.workdir = workdir.resolve()
-        self.controllers = tuple(controllers)
+        self.node_address = node_address
+        self.address = node_address or LOOPBACK
+        self.controllers = ("*",) if node_address else tuple(controllers)
         self.etcd_client_port = 0
         self.etcd_peer_port = 0
         self.apiserver_port = 0
@@ -54,7 +77,7 @@ class ControlPlane:
 
     @property
     def url(self) -> str:
-        return f"https://{LOOPBACK}:{self.apiserver_port}"
+        return f"https://{self.address}:{self.apiserver_port}"
 
     @property
     def etcd_url(self) -> str:
@@ -75,7 +98,12 @@ class ControlPlane:
     @property
     def pki(self) -> ControlPlanePki:
         if self._pki is None:
-            self._pki = control_plane_pki(self.workdir / "pki")
+            extra_ips = (self.node_address, KUBERNETES_SERVICE_IP) if self.node_address else ()
+            self._pki = control_plane_pki(
+                self.workdir / "pki",
+                serving_ips=extra_ips,
+                serving_dns=KUBERNETES_SERVICE_NAMES if self.node_address else (),
+            )
         return self._pki
 
     @property
@@ -217,12 +245,12 @@ class ControlPlane:
 
     def _apiserver_argv(self, binary: Path) -> list[str]:
         pki = self.pki
-        return [
+        argv = [
             str(binary),
             f"--etcd-servers={self.etcd_url}",
             f"--secure-port={self.apiserver_port}",
-            f"--bind-address={LOOPBACK}",
-            f"--advertise-address={LOOPBACK}",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={pki.serving_cert}",
             f"--tls-private-key-file={pki.serving_key}",
@@ -231,16 +259,28 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki.service_account_key}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            "--authorization-mode=RBAC",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--allow-privileged=true",
-            # The `kubernetes` Service cannot point at loopback; skip its endpoints, not needed.
-            "--endpoint-reconciler-type=none",
-            # Needs the token controller of kube-controller-manager, which does not run here.
-            "--disable-admission-plugins=ServiceAccount",
             # Fewer moving parts and a faster start; flow control is not under test.
             "--enable-priority-and-fairness=false",
             "--profiling=false",
+        ]
+        if self.node_address:
+            return [
+                *argv,
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                # For `kubectl logs/exec`: the API server calls the kubelet as the admin.
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
+            ]
+        return [
+            *argv,
+            "--authorization-mode=RBAC",
+            # The `kubernetes` Service cannot point at loopback; skip its endpoints, not needed.
+            "--endpoint-reconciler-type=none",
+            # Without a node no pod runs, so no pod needs its service-account token mounted.
+            "--disable-admission-plugins=ServiceAccount",
         ]
 
     def _start_apiserver(self, binary: Path, timeout: float) -> None:
@@ -260,8 +300,8 @@ class ControlPlane:
             self.apiserver_port != 0, pick_port, make, self.healthy, timeout, "passing /readyz"
         )
         pki = self.pki
-        self._write_kubeconfig(self.kubeconfig, pki.admin_cert, pki.admin_key)
-        self._write_kubeconfig(
+        self.write_kubeconfig(self.kubeconfig, pki.admin_cert, pki.admin_key)
+        self.write_kubeconfig(
             self.controller_manager_kubeconfig,
             pki.controller_manager_cert,
             pki.controller_manager_key,
@@ -330,7 +370,7 @@ class ControlPlane:
             )
         return status == 200
 
-    def _write_kubeconfig(self, path: Path, client_cert: Path, client_key: Path) -> None:
+    def write_kubeconfig(self, path: Path, client_cert: Path, client_key: Path) -> None:
         """A self-contained kubeconfig (embedded PEM data) for one client certificate."""
         pki = self.pki
 

@@ -7,20 +7,19 @@ processes and never a stranger that reused a pid. Printing is left to the CLI.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import ssl
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .controlplane import ControlPlane
 from .natsserver import NatsCluster, NatsServer
+from .paths import file_lock
 from .processes import ProcessRecord, http_get, terminate
 
 STATE_FILE = "state.json"
@@ -246,16 +245,9 @@ def _clear(state_dir: Path) -> None:
             entry.unlink()
 
 
-@contextmanager
-def _locked(state_dir: Path) -> Iterator[None]:
+def _locked(state_dir: Path) -> AbstractContextManager[None]:
     """Two `dev up` at once (e.g. `make run` twice) must not start two environments."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with (state_dir / LOCK_FILE).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(state_dir / LOCK_FILE)
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -8,7 +8,6 @@ so pytest and `make run` started together never build the same tool twice.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import shutil
 import subprocess
@@ -20,15 +19,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, bin_dir, cache_root
+from .paths import (
+    ETCD_VERSION,
+    HELM_VERSION,
+    KUBERNETES_VERSION,
+    bin_dir,
+    cache_root,
+    file_lock,
+)
 
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
 # What `make tools` builds: the default local environment (`ControlPlane`) plus kubectl and helm.
 ALL_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
-# The node's components (`dev up --node`), built only when a node is asked for.
-NODE_TOOLS = ("kube-scheduler", "kubelet", "kube-proxy")
+# The node's components (`dev up --node`), built only when a node is asked for; `pause` is the
+# pod sandbox process, made into an image locally since nothing can be pulled.
+NODE_TOOLS = ("kube-scheduler", "kubelet", "kube-proxy", "pause")
+PAUSE_VERSION = "pause-v1"
 # Commands of the k8s.io/kubernetes module, all built from `gotools/kube` at one version.
-_KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl", *NODE_TOOLS)
+_KUBE_COMMANDS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubectl",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+)
 
 
 def _kube_ldflags(version: str) -> tuple[str, ...]:
@@ -71,6 +86,7 @@ TOOLS: dict[str, GoTool] = {
         )
         for name in _KUBE_COMMANDS
     },
+    "pause": GoTool("pause", "pause", ".", PAUSE_VERSION),
     "helm": GoTool(
         "helm",
         "helm",
@@ -116,14 +132,8 @@ def _usable(path: Path) -> bool:
 @contextmanager
 def _build_lock() -> Iterator[None]:
     """One build at a time per cache: concurrent Go builds on 2 cores only slow each other."""
-    lock_file = cache_root() / "bin" / ".build.lock"
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with lock_file.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with file_lock(cache_root() / "bin" / ".build.lock"):
+        yield
 
 
 def _go() -> str:

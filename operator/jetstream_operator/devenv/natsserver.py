@@ -45,9 +45,12 @@ class NatsServer:
         cluster: ClusterConfig | None = None,
         extra_config: str = "",
         jetstream: bool = True,
+        host: str = LOOPBACK,
     ) -> None:
         self.workdir = workdir.resolve()
         self.name = name
+        # Clients connect here: loopback, or an address the project made for pods (`node.py`).
+        self.host = host
         self.port = port
         self.monitor_port = monitor_port
         self.cluster = cluster
@@ -58,7 +61,7 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"nats://{LOOPBACK}:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
     @property
     def monitor_url(self) -> str:
@@ -95,7 +98,7 @@ class NatsServer:
     def render_config(self) -> str:
         lines = [
             f"server_name: {_quote(self.name)}",
-            f"listen: {_quote(f'{LOOPBACK}:{self.port}')}",
+            f"listen: {_quote(f'{self.host}:{self.port}')}",
             f"http: {_quote(f'{LOOPBACK}:{self.monitor_port}')}",
         ]
         if self.jetstream:

@@ -173,13 +173,19 @@ def issue_cert(
     return Credential(builder.sign(ca.key, hashes.SHA256()), key)
 
 
-def issue_serving_cert(ca: Credential, common_name: str = "localhost") -> Credential:
-    """A server (and peer-client) cert valid for 127.0.0.1 and localhost only."""
+def issue_serving_cert(
+    ca: Credential,
+    common_name: str = "localhost",
+    *,
+    ip_addresses: Sequence[str] = (),
+    dns_names: Sequence[str] = (),
+) -> Credential:
+    """A server (and peer-client) cert valid for 127.0.0.1, localhost and the names given."""
     return issue_cert(
         ca,
         common_name,
-        dns_names=LOOPBACK_DNS,
-        ip_addresses=LOOPBACK_IPS,
+        dns_names=(*LOOPBACK_DNS, *dns_names),
+        ip_addresses=(*LOOPBACK_IPS, *ip_addresses),
         server=True,
         client=True,
     )
@@ -215,8 +221,14 @@ class ControlPlanePki:
         return Credential(cert, key)
 
 
-def control_plane_pki(directory: Path) -> ControlPlanePki:
-    """The control plane's PKI in `directory`, created once and reused on restarts."""
+def control_plane_pki(
+    directory: Path, *, serving_ips: Sequence[str] = (), serving_dns: Sequence[str] = ()
+) -> ControlPlanePki:
+    """The control plane's PKI in `directory`, created once and reused on restarts.
+
+    `serving_ips`/`serving_dns` are extra names of the API server (a node's pods reach it by the
+    `kubernetes` Service's IP and DNS name and by the address the project made for it).
+    """
     pki = ControlPlanePki(
         directory=directory,
         ca_cert=directory / "ca.crt",
@@ -234,7 +246,9 @@ def control_plane_pki(directory: Path) -> ControlPlanePki:
         return pki
     ca = create_ca()
     ca.write(directory, "ca")
-    issue_serving_cert(ca, "kube-apiserver").write(directory, "serving")
+    issue_serving_cert(ca, "kube-apiserver", ip_addresses=serving_ips, dns_names=serving_dns).write(
+        directory, "serving"
+    )
     issue_client_cert(ca, ADMIN_USER, [ADMIN_GROUP]).write(directory, "admin")
     issue_client_cert(ca, CONTROLLER_MANAGER_USER).write(directory, "controller-manager")
     sa_key = new_key()
