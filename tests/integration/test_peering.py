@@ -75,6 +75,7 @@ def replicas(
 
 async def test_only_the_active_replica_acts_and_the_standby_takes_over(
     replicas: tuple[OperatorProcess, OperatorProcess],
+    nats_server: object,
     resources: Resources,
     nc: Client,
     namespace: str,
@@ -101,7 +102,13 @@ async def test_only_the_active_replica_acts_and_the_standby_takes_over(
     await eventually(repaired, timeout=10)
     assert "Handler 'reconcile' succeeded" in active.log_file.read_text()
     assert "Handler 'reconcile'" not in standby.log_file.read_text()
-    assert "DriftRepaired" not in standby.log_file.read_text()
+    # From the server's side: the active replica talks to NATS, the standby does not at all.
+    clients = {
+        str(entry.get("name")): entry
+        for entry in nats_server.monitor("connz").get("connections") or []  # type: ignore[attr-defined]
+    }
+    assert clients.get("jetstream-operator/replica-active", {}).get("in_msgs", 0) > 0, clients
+    assert "jetstream-operator/replica-standby" not in clients, clients
 
     active.kill()
     resources.create(

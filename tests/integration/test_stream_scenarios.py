@@ -12,6 +12,7 @@ from nats.aio.client import Client
 
 from jetstream_operator.nats.jsapi import JetStreamApi
 
+from .figures import ApiAudit
 from .helpers import Resources, condition, eventually, is_ready
 
 pytestmark = [pytest.mark.integration]
@@ -133,8 +134,14 @@ async def test_paused_resource_is_left_alone_until_resumed(
     resources.patch_spec("streams", "sleepy", {"maxMsgs": 20})
     config = (await _info(jetstream, stream))["config"]
     await jetstream.update_stream({**config, "max_msgs": 33})
-    for _ in range(10):
-        await eventually(paused)
+    audit = await ApiAudit().start(nc)
+    try:
+        await asyncio.sleep(8)  # four resyncs, and the advisory of the update above
+        assert audit.count("STREAM.UPDATE", stream) == 0, audit.subjects
+        assert audit.count("STREAM.CREATE", stream) == 0, audit.subjects
+    finally:
+        await audit.stop()
+    assert await paused()
     assert (await _info(jetstream, stream))["config"]["max_msgs"] == 33
 
     resources.annotate("streams", "sleepy", {"jetstream-operator.io/paused": None})

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import ssl
 import tempfile
 from collections.abc import Iterable
@@ -168,7 +170,7 @@ class ConnectionPool:
             await asyncio.wait_for(
                 connection.connect(
                     servers=list(target.servers),
-                    name="jetstream-operator",
+                    name=connection_name(),
                     connect_timeout=self._connect_timeout,
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
@@ -204,6 +206,13 @@ class ConnectionPool:
         connections, self._connections = list(self._connections.values()), {}
         for connection in connections:
             await _close(connection)
+
+
+def connection_name() -> str:
+    """Names the replica in the server's connection list (`connz`), so a person (or a test)
+    can tell which replica of an active/standby pair is talking to NATS."""
+    replica = os.environ.get("POD_ID") or f"{socket.gethostname()}-{os.getpid()}"
+    return f"jetstream-operator/{replica}"
 
 
 async def _close(connection: Client) -> None:
