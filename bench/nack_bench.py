@@ -1,25 +1,21 @@
-"""NACK (nats-io/nack's jetstream-controller) convergence, side by side with operator_bench.py.
+"""NACK (nats-io/nack's jetstream-controller) side by side with operator_bench.py: convergence
+against the same floor, idle cost, drift repair.
 
-Same servers as our benchmark (kube-apiserver + etcd, one nats-server, all on loopback), a fresh
-pair for every size, NACK's own CRDs, and NACK's controller as a process pointed at the
+Same servers as our benchmark (kube-apiserver + etcd, one nats-server, all on loopback), fresh for
+every size and mode, NACK's own CRDs, and NACK's controller as a process pointed at the
 kubeconfig and the NATS URL. N Streams + N Consumers (`jetstream.nats.io/v1beta2`) are created
-at once and timed until every one has a `Ready=True` condition; the floor is the same creations
-made straight with nats-py plus 2N status patches, as in operator_bench.py (here with NACK
-stopped, so its reactions to those patches do not load the servers during the floor).
+at once and timed until every one has a `Ready=True` condition (counted from watches); the floor
+is the same creations made straight with nats-py plus 2N status patches, with NACK stopped.
 
-NACK is not part of this repository; build it once, outside it, from the Go module proxy:
+NACK is not part of this repository. Build its controller from its source, outside this
+repository (docs/benchmarks.md says how), and give the binary and its CRDs (deploy/crds.yml in
+its source tree) by path:
 
-    GOBIN=~/.cache/jetstream-operator/nack/latest \\
-        go install github.com/nats-io/nack/cmd/jetstream-controller@latest
+    .venv/bin/python bench/nack_bench.py --nack-bin /tmp/nack-build/bin/jetstream-controller \\
+        --nack-crds /tmp/nack-build/deploy/crds.yml --sizes 100 1000
 
-`go install` leaves the module (and its deploy/crds.yml) in `go env GOMODCACHE`, where the CRDs
-are read from unless --nack-crds says otherwise. Then:
-
-    .venv/bin/python bench/nack_bench.py --sizes 100 1000
-
-Status: not yet run against NACK. On this project's machines the Go module proxy answers 403
-("This module version is not available") for every version of github.com/nats-io/nack, so the
-controller cannot be built here; the script was exercised only with stand-in controllers.
+(or NACK_BIN and NACK_CRDS in the environment). `operator_bench.py --nack-bin ... --nack-crds
+...` runs the same after its own sizes, so both are measured in one run.
 
 NACK has two modes: its default informer ("legacy") controller and, behind `--control-loop`,
 a controller-runtime one; --modes picks which to run (both by default).
@@ -31,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -39,82 +34,78 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
 from kubernetes import client, config
 
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.paths import LOOPBACK, cache_root, free_port
+from jetstream_operator.devenv.paths import LOOPBACK, free_port
 from jetstream_operator.devenv.processes import tail
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
-from operator_bench import floor_nats, floor_status_patches  # noqa: E402
+from operator_bench import (  # noqa: E402
+    RESYNC_INTERVAL,
+    ApiAudit,
+    ObjectWatch,
+    apiserver_writes,
+    breakdown,
+    deadline_guard,
+    drift_latency,
+    floor_nats,
+    floor_status_patches,
+    foreground,
+    machine,
+    rss_mib,
+    wait_ready,
+    watching,
+)
 
 RESULTS = BENCH_DIR / "results"
 NACK_MODULE = "github.com/nats-io/nack"
-NACK_CMD = f"{NACK_MODULE}/cmd/jetstream-controller"
-NACK_HOME = cache_root() / "nack"
 GROUP = "jetstream.nats.io"
 VERSION = "v1beta2"
 MODES = ("legacy", "control-loop")
 
 
-def build_command(version: str = "latest") -> str:
-    return f"GOBIN={NACK_HOME / version} go install {NACK_CMD}@{version}"
-
-
-def default_nack_bin() -> Path:
-    """The newest build under ~/.cache/jetstream-operator/nack/<version>/, else `latest`."""
-    builds = sorted(NACK_HOME.glob("*/jetstream-controller"), key=lambda path: path.stat().st_mtime)
-    return builds[-1] if builds else NACK_HOME / "latest" / "jetstream-controller"
-
-
-# -- NACK binary: version, flags, CRDs --------------------------------------------------------
+# -- NACK binary: version, flags -------------------------------------------------------------------
 
 
 @dataclass
 class Nack:
     binary: Path
+    crds: Path
     version: str = "unknown"
     flags: set[str] = field(default_factory=set)
 
     @classmethod
-    def inspect(cls, binary: Path) -> Nack:
-        nack = cls(binary)
+    def inspect(cls, binary: Path, crds: Path) -> Nack:
+        nack = cls(binary, crds)
         if shutil.which("go"):
             info = subprocess.run(
-                ["go", "version", "-m", str(binary)], capture_output=True, text=True, check=False
+                ["go", "version", "-m", str(binary)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
             )
             for line in info.stdout.splitlines():
                 parts = line.split()
-                if len(parts) >= 3 and parts[0] == "mod" and parts[1] == NACK_MODULE:
-                    nack.version = parts[2]
+                if len(parts) >= 3 and parts[0] in ("mod", "path") and NACK_MODULE in parts[1]:
+                    nack.version = parts[2] if parts[0] == "mod" else nack.version
         # Go's flag package prints its usage (one `  -name` line per flag) to stderr on -h.
         usage = subprocess.run(
             [str(binary), "-h"], capture_output=True, text=True, check=False, timeout=30
         )
         nack.flags = set(re.findall(r"^\s+-([\w.-]+)", usage.stderr + usage.stdout, re.M))
         return nack
-
-    def crds_file(self) -> Path:
-        gomodcache = subprocess.run(
-            ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        module_dir = Path(gomodcache) / f"{NACK_MODULE}@{self.version}" / "deploy"
-        for name in ("crds.yml", "crds.yaml"):
-            if (module_dir / name).is_file():
-                return module_dir / name
-        raise FileNotFoundError(
-            f"no NACK CRDs in {module_dir}; run `go mod download {NACK_MODULE}@{self.version}` "
-            "or pass --nack-crds"
-        )
 
     def argv(self, kubeconfig: Path, nats_url: str, mode: str, workdir: Path) -> list[str]:
         """Out-of-cluster flags: kubeconfig and NATS URL; all namespaces, like our operator."""
@@ -143,9 +134,8 @@ class NackProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -161,9 +151,6 @@ class NackProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def check(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -182,14 +169,14 @@ class NackProcess:
             process.kill()
             process.wait(15)
 
-    def memory_mib(self) -> tuple[float, float]:
-        """(VmRSS, VmHWM) in MiB: resident now and its peak."""
-        values = {"VmRSS": float("nan"), "VmHWM": float("nan")}
+    def peak_mib(self) -> float:
+        """VmHWM: the peak resident size."""
+        if self.pid is None:
+            return float("nan")
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            key = line.split(":", 1)[0]
-            if key in values:
-                values[key] = int(line.split()[1]) / 1024
-        return values["VmRSS"], values["VmHWM"]
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
 
     def log_errors(self) -> tuple[int, str]:
         """klog error lines (`E0102 ...`) and the first of them."""
@@ -205,10 +192,9 @@ class NackProcess:
 
 
 class Bench:
-    def __init__(self, workdir: Path, nack: Nack, crds: Path, mode: str) -> None:
+    def __init__(self, workdir: Path, nack: Nack, mode: str) -> None:
         self.workdir = workdir
         self.nack = nack
-        self.crds = crds
         self.mode = mode
         self.plane = ControlPlane(workdir / "cp")
         self.nats = NatsServer(workdir / "nats")
@@ -238,7 +224,7 @@ class Bench:
     def apply_crds(self, timeout: float = 60) -> None:
         extensions = client.ApiextensionsV1Api(self.api)
         names = []
-        for document in yaml.safe_load_all(self.crds.read_text()):
+        for document in yaml.safe_load_all(self.nack.crds.read_text()):
             if not document or document.get("kind") != "CustomResourceDefinition":
                 continue
             try:
@@ -246,16 +232,10 @@ class Bench:
             except client.ApiException as error:
                 if error.status != 409:
                     raise
-                current = extensions.read_custom_resource_definition(document["metadata"]["name"])
-                assert current.metadata is not None
-                document["metadata"]["resourceVersion"] = current.metadata.resource_version
-                extensions.replace_custom_resource_definition(
-                    document["metadata"]["name"], document
-                )
             names.append(document["metadata"]["name"])
         for plural in ("streams", "consumers"):
             if f"{plural}.{GROUP}" not in names:
-                raise RuntimeError(f"{self.crds} has no {plural}.{GROUP} CRD")
+                raise RuntimeError(f"{self.nack.crds} has no {plural}.{GROUP} CRD")
         deadline = time.monotonic() + timeout
         for name in names:
             while True:
@@ -284,37 +264,17 @@ class Bench:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(create, bodies))
 
-    def readiness(self, namespace: str, plural: str) -> tuple[int, int, str]:
-        """(Ready=True, Ready=False, a sample False message) over one plural."""
-        items = cast(
-            dict[str, Any],
-            self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural),
-        )
-        ready = failed = 0
-        sample = ""
-        for item in items["items"]:
-            for condition in (item.get("status") or {}).get("conditions") or []:
-                if condition.get("type") != "Ready":
-                    continue
-                if condition.get("status") == "True":
-                    ready += 1
-                elif condition.get("status") == "False":
-                    failed += 1
-                    sample = sample or str(condition.get("message", ""))[:200]
-        return ready, failed, sample
+    def apply_all(self, namespace: str, size: int, prefix: str) -> float:
+        started = time.perf_counter()
+        self.create_many(namespace, "streams", [stream_body(i, prefix) for i in range(size)])
+        self.create_many(namespace, "consumers", [consumer_body(i, prefix) for i in range(size)])
+        return time.perf_counter() - started
 
-    def wait_ready(self, namespace: str, wanted: int, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        assert self.controller is not None
-        while True:
-            self.controller.check()
-            streams = self.readiness(namespace, "streams")
-            consumers = self.readiness(namespace, "consumers")
-            if streams[0] >= wanted and consumers[0] >= wanted:
-                return {"converged": True, "streams": streams, "consumers": consumers}
-            if time.monotonic() > deadline:
-                return {"converged": False, "streams": streams, "consumers": consumers}
-            time.sleep(0.5)
+    def watch(self, namespace: str, plural: str) -> ObjectWatch:
+        return ObjectWatch(self.objects, namespace, plural, GROUP, VERSION)
+
+    def writes(self) -> Counter[str]:
+        return apiserver_writes(self.plane.url, self.plane.ssl_context())
 
 
 def stream_body(index: int, prefix: str) -> dict[str, Any]:
@@ -339,48 +299,77 @@ def consumer_body(index: int, prefix: str) -> dict[str, Any]:
     }
 
 
-def convergence(bench: Bench, size: int, timeout: float) -> dict[str, Any]:
+def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> dict[str, Any]:
+    """Convergence (with the writes that follow it); at the idle size idle cost and drift
+    repair; then the floor and applying alone with NACK stopped."""
     namespace = bench.namespace(f"bench-{size}")
     prefix = f"B{size}"
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    bench.create_many(namespace, "streams", [stream_body(i, prefix) for i in range(size)])
-    bench.create_many(namespace, "consumers", [consumer_body(i, prefix) for i in range(size)])
-    created = time.perf_counter() - started
-    outcome = bench.wait_ready(namespace, size, timeout)
-    wall = time.perf_counter() - started
     assert bench.controller is not None
-    rss, peak = bench.controller.memory_mib()
-    errors, first_error = bench.controller.log_errors()
-    row: dict[str, Any] = {
-        "mode": bench.mode,
-        "size": size,
-        "namespace": namespace,
-        "wall": wall,
-        "created": created,
-        "rss": rss,
-        "peak": peak,
-        "log_errors": errors,
-        "first_error": first_error,
-        "load_before": load_before,
-        "load_after": os.getloadavg()[0],
-        **outcome,
-    }
+    watches = [bench.watch(namespace, plural) for plural in ("streams", "consumers")]
+    row: dict[str, Any] = {"mode": bench.mode, "size": size}
+    with watching(watches):
+        writes_before = bench.writes()
+        started = time.monotonic()
+        row["created"] = bench.apply_all(namespace, size, prefix)
+        try:
+            row["wall"] = wait_ready(watches, size, args.timeout) - started
+            row["converged"] = True
+        except TimeoutError as error:
+            row["converged"], row["wall"] = False, float("nan")
+            row["not_converged"] = str(error)
+        bench.controller.check()
+        row["writes_converging"] = dict(bench.writes() - writes_before)
+        row["rss"] = rss_mib(bench.controller.pid)
+        row["peak"] = bench.controller.peak_mib()
+        for each in watches:
+            each.count_from()
+        writes_after = bench.writes()
+        time.sleep(args.settle)
+        row["late_writes"] = dict(bench.writes() - writes_after)
+        row["late_changes"] = sum(sum(each.changes.values()) for each in watches)
+        if idle and row["converged"]:
+            for each in watches:
+                each.count_from()
+            audit = ApiAudit([bench.nats.url])
+            try:
+                writes_before, api_before = bench.writes(), audit.snapshot()
+                time.sleep(args.idle_seconds)
+                writes, api = bench.writes() - writes_before, audit.snapshot() - api_before
+            finally:
+                audit.close()
+            per_minute = 60.0 / args.idle_seconds
+            row["idle"] = {
+                "k8s_writes_per_min": foreground(writes) * per_minute,
+                "k8s_writes": breakdown(writes, per_minute),
+                "status_changes_per_min": sum(sum(w.changes.values()) for w in watches)
+                * per_minute,
+                "nats_requests_per_min": sum(api.values()) * per_minute,
+                "nats_requests": breakdown(api, per_minute),
+            }
+            row["drift"] = asyncio.run(
+                drift_latency(
+                    bench.nats.url, prefix, args.nack_drift_samples, args.nack_drift_timeout, True
+                )
+            )
+    row["errors"], row["first_error"] = bench.controller.log_errors()
     bench.controller.stop()  # the floor is measured with the servers to itself
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
-    row["patches"] = floor_status_patches(bench.objects, namespace, size, GROUP, VERSION)
+    apply_namespace = bench.namespace(f"apply-only-{size}")
+    row["apply"] = bench.apply_all(apply_namespace, size, f"A{size}")
+    row["patches"] = floor_status_patches(bench.objects, apply_namespace, size, GROUP, VERSION)
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
+    row["apply_slowdown"] = row["created"] / row["apply"]
     return row
 
 
-def run_one(nack: Nack, crds: Path, mode: str, size: int, timeout: float) -> dict[str, Any]:
+def run_one(nack: Nack, mode: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
     """A fresh control plane and nats-server for every size, so sizes do not affect each other."""
     with tempfile.TemporaryDirectory(prefix=f"nack-bench-{mode}-{size}-") as directory:
-        bench = Bench(Path(directory), nack, crds, mode)
+        bench = Bench(Path(directory), nack, mode)
         try:
             bench.start()
-            return convergence(bench, size, timeout)
+            return measure(bench, size, args, idle=size == args.sizes[-1])
         except Exception as error:
             log = bench.controller.log_file if bench.controller else None
             return {
@@ -393,22 +382,15 @@ def run_one(nack: Nack, crds: Path, mode: str, size: int, timeout: float) -> dic
             bench.stop()
 
 
-def machine() -> str:
-    return (
-        f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
-        f"kube-apiserver v1.34.4, nats-server 2.12.8, date {datetime.now(UTC):%Y-%m-%d}"
-    )
-
-
-def table(nack: Nack, rows: list[dict[str, Any]], timeout: float) -> str:
+def table(nack: Nack, rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
-        f"Machine: {machine()}",
-        f"NACK {nack.version} ({nack.binary}), CRDs {GROUP}/{VERSION}",
+        f"NACK {nack.version} ({nack.binary}), CRDs {GROUP}/{VERSION} from {nack.crds}",
         "",
-        "| mode | N streams + N consumers | wall (s) | created (s) | "
-        "floor (s): nats-py + status patches | ratio | NACK RSS end / peak (MiB) | "
-        "klog errors | load 1m before/after |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| NACK mode | N streams + N consumers | wall (s) | floor (s): nats-py + status patches "
+        "| ratio | applying alone (s) | applying while converging (s) | slowdown "
+        "| RSS end / peak (MiB) | writes while converging (per resource) "
+        f"| writes in {args.settle:.0f} s after Ready | klog errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         if "failed" in row:
@@ -417,29 +399,70 @@ def table(nack: Nack, rows: list[dict[str, Any]], timeout: float) -> str:
             continue
         wall, ratio = f"{row['wall']:.1f}", f"{row['ratio']:.2f}x"
         if not row["converged"]:
-            wall = (
-                f"did not converge in {timeout:.0f} s: {row['streams'][0]}/{row['size']} "
-                f"streams, {row['consumers'][0]}/{row['size']} consumers Ready"
-            )
-            ratio = "n/a"
+            wall, ratio = f"did not converge: {row['not_converged']}", "n/a"
+        converging = Counter(row["writes_converging"])
         lines.append(
-            f"| {row['mode']} | {row['size']} | {wall} | {row['created']:.1f} | "
-            f"{row['floor']:.1f} ({row['nats']:.1f} + {row['patches']:.1f}) | "
-            f"{ratio} | {row['rss']:.0f} / {row['peak']:.0f} | "
-            f"{row['log_errors']} | {row['load_before']:.2f} / {row['load_after']:.2f} |"
+            f"| {row['mode']} | {row['size']} | {wall} "
+            f"| {row['floor']:.1f} ({row['nats']:.1f} + {row['patches']:.1f}) | {ratio} "
+            f"| {row['apply']:.1f} | {row['created']:.1f} | {row['apply_slowdown']:.2f}x "
+            f"| {row['rss']:.0f} / {row['peak']:.0f} "
+            f"| {breakdown(converging)} ({foreground(converging) / (2 * row['size']):.2f}) "
+            f"| {breakdown(Counter(row['late_writes']))} | {row['errors']} |"
         )
-    notes = [
-        f"- {row['mode']} N={row['size']}: first error: `{row['first_error']}`"
+    for row in rows:
+        if "idle" not in row:
+            continue
+        idle, drift = row["idle"], row["drift"]
+        lines += [
+            "",
+            f"NACK {row['mode']}, idle at N={row['size']} over {args.idle_seconds:.0f} s: "
+            f"Kubernetes writes/min (not counting leases) {idle['k8s_writes_per_min']:.1f} "
+            f"({idle['k8s_writes']}); status changes/min {idle['status_changes_per_min']:.1f}; "
+            f"JetStream API requests/min {idle['nats_requests_per_min']:.1f} "
+            f"({idle['nats_requests_per_min'] * RESYNC_INTERVAL / 60:.1f} per "
+            f"{RESYNC_INTERVAL:.0f} s; {idle['nats_requests']})",
+            f"- drift repair, {drift['samples']} streams changed at once: "
+            f"{drift['changes_repaired']}/{drift['samples']} repaired within "
+            f"{drift['timeout_s']:.0f} s, p50 {drift['change_p50_ms']:.0f} ms, "
+            f"p99 {drift['change_p99_ms']:.0f} ms; deleted at once: "
+            f"{drift['deletions_repaired']}/{drift['samples']} recreated, "
+            f"p50 {drift['delete_p50_ms']:.0f} ms",
+        ]
+    lines += [
+        f"- {row['mode']} N={row['size']}: first klog error: `{row['first_error']}`"
         for row in rows
         if row.get("first_error")
     ]
-    notes += [
-        f"- {row['mode']} N={row['size']}: {kind} Ready=False: `{row[kind][2]}`"
-        for row in rows
-        for kind in ("streams", "consumers")
-        if kind in row and row[kind][1]
-    ]
-    return "\n".join(lines + (["", *notes] if notes else []))
+    return "\n".join(lines)
+
+
+def run_all(binary: Path, crds: Path | None, sizes: list[int], args: argparse.Namespace) -> str:
+    """Every mode at every size; idle and drift at the largest. Returns the Markdown."""
+    binary = binary.expanduser()
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        raise SystemExit(f"NACK's controller is not an executable at {binary}")
+    if crds is None or not crds.expanduser().is_file():
+        raise SystemExit(f"NACK's CRDs are not at {crds}: pass --nack-crds (deploy/crds.yml)")
+    nack = Nack.inspect(binary, crds.expanduser())
+    modes = list(getattr(args, "nack_modes", None) or MODES)
+    if "control-loop" not in nack.flags:
+        modes = [mode for mode in modes if mode != "control-loop"]
+    settings = argparse.Namespace(**{**vars(args), "sizes": sorted(sizes)})
+    for name, default in (
+        ("timeout", 1800.0),
+        ("nack_drift_samples", 20),
+        ("nack_drift_timeout", 90.0),
+    ):
+        if not hasattr(settings, name):
+            setattr(settings, name, default)
+    rows = []
+    for mode in modes:
+        for size in sorted(sizes):
+            print(f"NACK {mode} N={size} ...", flush=True)
+            row = run_one(nack, mode, size, settings)
+            print(json.dumps(row, default=str), flush=True)
+            rows.append(row)
+    return table(nack, rows, settings)
 
 
 def main() -> int:
@@ -447,44 +470,26 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per size")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    parser.add_argument("--nack-bin", type=Path, default=default_nack_bin())
-    parser.add_argument("--nack-crds", type=Path, help="default: deploy/crds.yml in GOMODCACHE")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per convergence")
+    parser.add_argument("--modes", dest="nack_modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--nack-bin", type=Path, default=os.environ.get("NACK_BIN"))
+    parser.add_argument("--nack-crds", type=Path, default=os.environ.get("NACK_CRDS"))
+    parser.add_argument("--settle", type=float, default=45)
+    parser.add_argument("--idle-seconds", type=float, default=120)
+    parser.add_argument("--nack-drift-samples", type=int, default=20)
+    parser.add_argument("--nack-drift-timeout", type=float, default=90)
+    parser.add_argument("--deadline", type=float, default=4 * 3600, help="seconds for everything")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the .md goes")
     args = parser.parse_args()
-
-    binary = args.nack_bin.expanduser()
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        print(f"NACK's controller is not at {binary}. Build it, outside this repository:")
-        print(f"    {build_command()}")
-        print("or pass --nack-bin PATH.")
-        return 2
-    nack = Nack.inspect(binary)
-    try:
-        crds = args.nack_crds or nack.crds_file()
-    except (FileNotFoundError, subprocess.CalledProcessError) as error:
-        print(error)
-        return 2
-    if "control-loop" not in nack.flags and "control-loop" in args.modes:
-        print(f"NACK {nack.version} has no --control-loop flag; running legacy mode only")
-        args.modes = [mode for mode in args.modes if mode != "control-loop"]
-    if "kubeconfig" not in nack.flags:
-        print(f"warning: NACK {nack.version} lists no -kubeconfig flag; KUBECONFIG is set too")
-
-    rows = []
-    for mode in args.modes:
-        for size in args.sizes:
-            print(f"{mode} N={size} ...", flush=True)
-            row = run_one(nack, crds, mode, size, args.timeout)
-            print(json.dumps(row, default=str), flush=True)
-            rows.append(row)
-    text = table(nack, rows, args.timeout)
+    if args.nack_bin is None:
+        parser.error("--nack-bin (or NACK_BIN) is required: see docs/benchmarks.md")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+    deadline_guard(args.deadline)
+    text = f"Machine: {machine()}\n\n" + run_all(args.nack_bin, args.nack_crds, args.sizes, args)
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / f"nack-{datetime.now(UTC):%Y%m%d-%H%M}.md").write_text(text + "\n")
-    ok = all(row.get("converged") for row in rows)
-    return 0 if ok else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,12 +1,20 @@
-"""Operator benchmarks: convergence against its floor, idle cost, drift repair latency, memory.
+"""Operator benchmarks: convergence against its floor, idle cost, drift repair, busy streams,
+restart, memory; NACK in the same run when its binary is given.
 
 Runs everything on this machine with the project's own servers (kube-apiserver + etcd, one
-nats-server) and the operator as a process, so the figures are end to end. Each size gets fresh
-servers and a fresh operator, so its memory and idle figures are its own:
+nats-server, a 3-node cluster for R3 streams) and the operator as a process, so the figures are
+end to end. Each size gets fresh servers and a fresh operator, so its memory and idle figures are
+its own:
 
-    .venv/bin/python bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000
+    .venv/bin/python bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000 --busy 1000
+    .venv/bin/python bench/operator_bench.py --sizes 200 --idle-size 200 --idle-seconds 30 \\
+        --busy 200 --heap-size 200 --split 200 \\
+        --nack-bin /tmp/nack-build/bin/jetstream-controller \\
+        --nack-crds /tmp/nack-build/deploy/crds.yml
 
-Prints Markdown tables (and writes them to bench/results/) for docs/benchmarks.md.
+Prints Markdown (and writes it to bench/results/) for docs/benchmarks.md. Every wait has a
+deadline and the whole run has one (--deadline), so a stuck server ends the run with an error
+instead of hanging it.
 """
 
 from __future__ import annotations
@@ -16,16 +24,20 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import nats
 from kubernetes import client, config, watch
@@ -33,51 +45,290 @@ from kubernetes import client, config, watch
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
 from jetstream_operator.k8s.crds import apply_crds
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.settings import OperatorSettings
 
-RESULTS = Path(__file__).resolve().parent / "results"
-RESYNC_INTERVAL = OperatorSettings().resync_interval
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS = BENCH_DIR / "results"
+HEAP_PROBE = BENCH_DIR / "heapprobe"
+SETTINGS = OperatorSettings()
+RESYNC_INTERVAL = SETTINGS.resync_interval
 """The operator runs with production settings; the idle figures are per resync of this."""
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+BACKGROUND = frozenset({"leases"})
+"""Writes kube-apiserver and kube-controller-manager make on their own, whoever else runs."""
+WATCH_RESTARTS = 50
+"""A watch that fails more often than this in one run is a broken server, not load."""
+
+
+# -- what the API server and NATS say they served --------------------------------------------------
+
+
+def apiserver_writes(url: str, context: Any) -> Counter[str]:
+    """Writes kube-apiserver has served, as `VERB resource[/subresource]`, from its /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=30) as answer:
+        text = answer.read().decode()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(
+            part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(",")
+        )
+        verb = labels.get("verb", "").strip('"')
+        if verb not in WRITE_VERBS:
+            continue
+        resource = labels.get("resource", "").strip('"')
+        subresource = labels.get("subresource", "").strip('"')
+        key = f"{verb} {resource}" + (f"/{subresource}" if subresource else "")
+        counts[key] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def foreground(counts: Counter[str]) -> int:
+    """Writes that are not the control plane's own lease renewals."""
+    return sum(n for key, n in counts.items() if key.split(" ", 1)[1] not in BACKGROUND)
+
+
+def breakdown(counts: Counter[str], per_minute: float | None = None) -> str:
+    """`PATCH streams/status 12, POST events 3` (per minute when given), largest first."""
+    items = [(key, n) for key, n in counts.most_common() if n > 0]
+    if not items:
+        return "none"
+    if per_minute is None:
+        return ", ".join(f"{key} {n}" for key, n in items)
+    return ", ".join(f"{key} {n * per_minute:.1f}" for key, n in items)
+
+
+class ApiAudit:
+    """JetStream API requests counted from the servers' own audit advisories
+    ($JS.EVENT.ADVISORY.API), by request subject without the stream or consumer name."""
+
+    def __init__(self, urls: Iterable[str]) -> None:
+        self.counts: Counter[str] = Counter()
+        self._urls = list(urls)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._done: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),))
+        self._thread.daemon = True
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise TimeoutError("could not subscribe to $JS.EVENT.ADVISORY.API")
+
+    async def _run(self) -> None:
+        self._done = asyncio.Event()
+        connections = [await nats.connect(url) for url in self._urls]
+
+        async def count(msg: Any) -> None:
+            subject = str(json.loads(msg.data).get("subject", ""))
+            tokens = subject.split(".")[2:4]  # $JS.API.STREAM.INFO.<name> -> STREAM.INFO
+            self.counts[".".join(tokens)] += 1
+
+        for connection in connections:
+            await connection.subscribe("$JS.EVENT.ADVISORY.API", cb=count)
+            await connection.flush()
+        self._ready.set()
+        await self._done.wait()
+        for connection in connections:
+            await connection.close()
+
+    def snapshot(self) -> Counter[str]:
+        return Counter(self.counts)
+
+    def close(self) -> None:
+        if self._done is not None:
+            self._loop.call_soon_threadsafe(self._done.set)
+        self._thread.join(30)
+
+
+# -- watches ---------------------------------------------------------------------------------------
+
+
+def is_ready(item: dict[str, Any]) -> bool:
+    conditions = (item.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class ObjectWatch:
+    """One plural in one namespace, followed in a thread: which objects are Ready, when the last
+    one turned Ready, and every change after `count_from()` (who wrote what, and when).
+
+    A watch that ends with an error (410 Gone, 504 "Too large resource version" under load, a
+    dropped connection) starts again from a fresh list, at most WATCH_RESTARTS times."""
+
+    def __init__(
+        self,
+        objects: client.CustomObjectsApi,
+        namespace: str,
+        plural: str,
+        group: str = GROUP,
+        version: str = VERSION,
+        kind_of: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
+        self.plural = plural
+        self.ready: set[str] = set()
+        self.last_ready = 0.0
+        self.changes: Counter[str] = Counter()
+        self.last_change = 0.0
+        self.restarts = 0
+        self.error: str | None = None
+        self._counting = False
+        self._kind_of = kind_of or (lambda item: plural)
+        self._where = (objects, group, version, namespace, plural)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _list(self, **options: Any) -> Any:
+        """The list call, a plain function for kubernetes' watch (which passes watch=True)."""
+        objects, group, version, namespace, plural = self._where
+        return objects.list_namespaced_custom_object(group, version, namespace, plural, **options)
+
+    def count_from(self) -> None:
+        """Count modifications from now on (and forget earlier ones)."""
+        self.changes.clear()
+        self.last_change = 0.0
+        self._counting = True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception as error:  # any failure restarts from a list
+                if self._stop.is_set():
+                    return
+                self.restarts += 1
+                if self.restarts > WATCH_RESTARTS:
+                    self.error = f"{self.plural} watch failed {self.restarts} times: {error}"
+                    return
+                time.sleep(min(5.0, 0.2 * self.restarts))
+
+    def _follow(self) -> None:
+        listing = cast(dict[str, Any], self._list())
+        self._update(
+            {item["metadata"]["name"] for item in listing["items"] if is_ready(item)}, None
+        )
+        version = listing["metadata"]["resourceVersion"]
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                self._list, resource_version=version, timeout_seconds=30
+            )
+            for event in stream:
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch error: {event['raw_object']}")
+                item = event["object"]
+                version = item["metadata"]["resourceVersion"]
+                if event["type"] == "MODIFIED" and self._counting:
+                    self.changes[self._kind_of(item)] += 1
+                    self.last_change = time.monotonic()
+                name = item["metadata"]["name"]
+                if event["type"] != "DELETED" and is_ready(item):
+                    self._update({name}, None)
+                else:
+                    self._update(set(), name)
+                if self._stop.is_set():
+                    return
+
+    def _update(self, ready: set[str], gone: str | None) -> None:
+        before = len(self.ready)
+        self.ready |= ready
+        if gone is not None:
+            self.ready.discard(gone)
+        if len(self.ready) > before:
+            self.last_ready = time.monotonic()
+
+    def check(self) -> None:
+        if self.error:
+            raise RuntimeError(self.error)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def wait_ready(watches: list[ObjectWatch], wanted: int, timeout: float = 1800) -> float:
+    """Waits until every watch sees `wanted` Ready objects; returns when the last turned Ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for each in watches:
+            each.check()
+        if all(len(each.ready) >= wanted for each in watches):
+            return max(each.last_ready for each in watches)
+        time.sleep(0.05)
+    counts = ", ".join(f"{each.plural} {len(each.ready)}/{wanted}" for each in watches)
+    raise TimeoutError(f"not all Ready within {timeout:.0f} s ({counts})")
+
+
+@contextmanager
+def watching(watches: list[ObjectWatch]) -> Iterator[list[ObjectWatch]]:
+    try:
+        yield watches
+    finally:
+        for each in watches:
+            each.stop()
+
+
+# -- servers and the operator ----------------------------------------------------------------------
 
 
 class Bench:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, cluster: bool = False) -> None:
         self.workdir = workdir
         self.plane = ControlPlane(workdir / "cp")
         self.nats = NatsServer(workdir / "nats")
-        self.operator: OperatorProcess | None = None
+        self.cluster = NatsCluster(workdir / "cluster") if cluster else None
+        self.operators: list[OperatorProcess] = []
         self.metrics_port = free_port()
 
-    def start(self) -> None:
+    @property
+    def operator(self) -> OperatorProcess:
+        return self.operators[0]
+
+    def start(
+        self,
+        namespaces: list[str] | None = None,
+        extra_env: dict[str, str] | None = None,
+        timeout: float = 180,
+    ) -> None:
+        """Servers, CRDs, then one operator per entry of `namespaces` (a
+        JETSTREAM_OPERATOR_NAMESPACES value each; one operator for all namespaces when None)."""
         self.plane.start()
         self.nats.start()
+        if self.cluster is not None:
+            self.cluster.start()
         self.api = config.new_client_from_config(  # type: ignore[no-untyped-call]
             str(self.plane.kubeconfig)
         )
         apply_crds(self.api, all_crds())
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
-        self.operator = OperatorProcess(
-            self.plane.kubeconfig,
-            self.nats.url,
-            self.workdir / "operator.log",
-            extra_env={"JETSTREAM_OPERATOR_METRICS_PORT": str(self.metrics_port)},
-            verbose=False,  # production logging, as the chart's default
-        )
-        self.operator.start()
+        for index, selection in enumerate(namespaces or [""]):
+            env = {**(extra_env or {})}
+            if index == 0:
+                env["JETSTREAM_OPERATOR_METRICS_PORT"] = str(self.metrics_port)
+            if selection:
+                env["JETSTREAM_OPERATOR_NAMESPACES"] = selection
+            operator = OperatorProcess(
+                self.plane.kubeconfig,
+                self.nats.url,
+                self.workdir / f"operator-{index}.log",
+                extra_env=env,
+                verbose=False,  # production logging, as the chart's default
+            )
+            self.operators.append(operator)
+            operator.start(timeout)
 
     def stop(self) -> None:
-        if self.operator:
-            self.operator.stop()
+        for operator in self.operators:
+            operator.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         self.nats.stop()
         self.plane.stop()
-
-    # -- helpers -----------------------------------------------------------------------
 
     def namespace(self, name: str) -> str:
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
@@ -92,23 +343,15 @@ class Bench:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(create, bodies))
 
-    def watch_ready(self, namespace: str, plural: str) -> ReadyWatch:
-        """Counts Ready objects from a watch: polling lists of 10,000 objects would load the
+    def watch(
+        self, namespace: str, plural: str, kind_of: Callable[[dict[str, Any]], str] | None = None
+    ) -> ObjectWatch:
+        """Ready objects counted from a watch: polling lists of 10,000 objects would load the
         API server more than the operator does."""
-        return ReadyWatch(self.objects, namespace, plural)
+        return ObjectWatch(self.objects, namespace, plural, kind_of=kind_of)
 
-    def apiserver_writes(self) -> int:
-        """Writes (POST/PUT/PATCH/DELETE) the API server has served, from its own /metrics."""
-        request = urllib.request.Request(f"{self.plane.url}/metrics")
-        with urllib.request.urlopen(request, context=self.plane.ssl_context()) as answer:
-            text = answer.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith("apiserver_request_total{") and any(
-                f'verb="{verb}"' in line for verb in ("POST", "PUT", "PATCH", "DELETE", "APPLY")
-            ):
-                total += float(line.rsplit(" ", 1)[1])
-        return int(total)
+    def writes(self) -> Counter[str]:
+        return apiserver_writes(self.plane.url, self.plane.ssl_context())
 
     def operator_requests(self) -> dict[str, int]:
         """JetStream requests the operator made, by operation, from its own /metrics."""
@@ -123,89 +366,46 @@ class Bench:
                 counts[operation] = int(float(line.rsplit(" ", 1)[1]))
         return counts
 
-    def nats_api_requests(self) -> int:
-        jsz = self.nats.monitor("jsz")
-        return int((jsz.get("api") or {}).get("total", 0))
-
     def operator_rss_mib(self) -> float:
-        assert self.operator and self.operator.pid
-        status = Path(f"/proc/{self.operator.pid}/status").read_text()
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        return sum(rss_mib(each.pid) for each in self.operators)
+
+    def nats_urls(self) -> list[str]:
+        return [self.nats.url, *(self.cluster.urls[:1] if self.cluster else [])]
+
+
+def rss_mib(pid: int | None) -> float:
+    if pid is None:
         return float("nan")
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
-class ReadyWatch:
-    """The names of one plural's Ready objects in a namespace, kept by a watch in a thread."""
-
-    def __init__(self, objects: client.CustomObjectsApi, namespace: str, plural: str) -> None:
-        self.ready: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(objects, namespace, plural), daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, objects: client.CustomObjectsApi, namespace: str, plural: str) -> None:
-        try:
-            self._follow(objects, namespace, plural)
-        except Exception:
-            if not self._stop.is_set():  # the servers stop under a watch that was not needed
-                raise
-
-    def _follow(self, objects: client.CustomObjectsApi, namespace: str, plural: str) -> None:
-        version = ""
-        while not self._stop.is_set():
-            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                objects.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                resource_version=version,
-                timeout_seconds=30,
-            )
-            for event in stream:
-                item = event["object"]
-                version = item["metadata"]["resourceVersion"]
-                name = item["metadata"]["name"]
-                conditions = (item.get("status") or {}).get("conditions") or []
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-                    self.ready.add(name)
-                else:
-                    self.ready.discard(name)
-                if self._stop.is_set():
-                    return
-
-    def stop(self) -> None:
-        self._stop.set()
+# -- resources -------------------------------------------------------------------------------------
 
 
-def wait_ready(watches: list[ReadyWatch], wanted: int, timeout: float = 3600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(len(each.ready) >= wanted for each in watches):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"not all Ready within {timeout}s")
-
-
-def stream_body(index: int, prefix: str) -> dict[str, Any]:
+def stream_body(
+    index: int, prefix: str, replicas: int = 1, connection: str | None = None
+) -> dict[str, Any]:
     name = f"{prefix}_{index}"
-    return {
-        "kind": "Stream",
-        "metadata": {"name": f"s{index}"},
-        "spec": {"name": name, "subjects": [f"{name.lower()}.>"]},
-    }
+    spec: dict[str, Any] = {"name": name, "subjects": [f"{name.lower()}.>"]}
+    if replicas != 1:
+        spec["replicas"] = replicas
+    if connection:
+        spec["connectionRef"] = connection
+    return {"kind": "Stream", "metadata": {"name": f"s{index}"}, "spec": spec}
 
 
-def consumer_body(index: int) -> dict[str, Any]:
-    return {
-        "kind": "Consumer",
-        "metadata": {"name": f"c{index}"},
-        "spec": {"durableName": f"C{index}", "streamRef": f"s{index}"},
-    }
+def consumer_body(index: int, connection: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"durableName": f"C{index}", "streamRef": f"s{index}"}
+    if connection:
+        spec["connectionRef"] = connection
+    return {"kind": "Consumer", "metadata": {"name": f"c{index}"}, "spec": spec}
+
+
+def stream_kind(item: dict[str, Any]) -> str:
+    return f"R{(item.get('spec') or {}).get('replicas', 1)} streams"
 
 
 async def floor_nats(url: str, prefix: str, count: int) -> float:
@@ -263,21 +463,459 @@ def floor_status_patches(
     return time.perf_counter() - started
 
 
-def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One size on fresh servers: convergence, then idle cost and drift at the idle size, then
-    the floor on the same servers."""
-    with tempfile.TemporaryDirectory(prefix=f"jso-bench-{size}-") as directory:
-        bench = Bench(Path(directory))
-        bench.start()
-        try:
-            row = convergence(bench, size)
-            if size == args.idle_size:
-                time.sleep(args.settle)
-                row["idle"] = idle_cost(bench, args.idle_seconds)
-                row["idle_rss"] = bench.operator_rss_mib()
-                row["drift"] = asyncio.run(
-                    drift_latency(bench.nats.url, f"B{size}", args.drift_samples)
+def time_apply(create: Callable[[str, str, list[dict[str, Any]]], None], size: int) -> float:
+    """Applying N Streams and N Consumers (prefix A<size>) into `apply-only-<size>`, timed."""
+    started = time.perf_counter()
+    create("streams", f"A{size}", [stream_body(i, f"A{size}") for i in range(size)])
+    create("consumers", f"A{size}", [consumer_body(i) for i in range(size)])
+    return time.perf_counter() - started
+
+
+# -- convergence and the floor ---------------------------------------------------------------------
+
+
+def warm_up(bench: Bench) -> None:
+    """One Stream and Consumer first: a fresh API server takes seconds over its first custom
+    resources (schemas and CEL rules compiled on first use), which is not the operator's cost."""
+    namespace = bench.namespace("warm-up")
+    with watching([bench.watch(namespace, plural) for plural in ("streams", "consumers")]) as w:
+        bench.create_many(namespace, "streams", [stream_body(0, "WARM")])
+        bench.create_many(namespace, "consumers", [consumer_body(0)])
+        wait_ready(w, 1, timeout=120)
+
+
+def convergence(
+    bench: Bench,
+    size: int,
+    settle: float,
+    namespaces: list[str],
+    before_apply: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """N Streams and N Consumers spread over `namespaces`, timed until all are Ready; then
+    `settle` seconds of watching for the writes that follow (Ready is not done while status is
+    still being corrected)."""
+    warm_up(bench)
+    if before_apply is not None:
+        before_apply()
+    prefix = f"B{size}"
+    parts = [list(range(size))[k :: len(namespaces)] for k in range(len(namespaces))]
+    for namespace in namespaces:
+        bench.namespace(namespace)
+    watches = [bench.watch(ns, plural) for ns in namespaces for plural in ("streams", "consumers")]
+    with watching(watches):
+        writes_before = bench.writes()
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=len(namespaces)) as pool:
+            list(
+                pool.map(
+                    lambda part: bench.create_many(
+                        part[0], "streams", [stream_body(i, prefix) for i in part[1]]
+                    ),
+                    zip(namespaces, parts, strict=True),
                 )
+            )
+            list(
+                pool.map(
+                    lambda part: bench.create_many(
+                        part[0], "consumers", [consumer_body(i) for i in part[1]]
+                    ),
+                    zip(namespaces, parts, strict=True),
+                )
+            )
+        created = time.perf_counter() - started
+        t0 = time.monotonic() - (time.perf_counter() - started)
+        wanted = [len(part) for part in parts for _plural in ("streams", "consumers")]
+        last_ready = max(
+            wait_ready([each], count) for each, count in zip(watches, wanted, strict=True)
+        )
+        wall = last_ready - t0
+        writes_at_ready = bench.writes()
+        rss = bench.operator_rss_mib()
+        incomplete = incomplete_streams(bench, namespaces)
+        for each in watches:
+            each.count_from()
+        writes_after_ready = bench.writes()
+        time.sleep(settle)
+        writes_end = bench.writes()
+    last_change = max((each.last_change for each in watches), default=0.0)
+    late = writes_end - writes_after_ready
+    return {
+        "size": size,
+        "namespace": namespaces[0],
+        "wall": wall,
+        "created": created,
+        "rss": rss,
+        "writes_converging": dict(writes_at_ready - writes_before),
+        "status_incomplete": incomplete,
+        "late_changes": sum(sum(each.changes.values()) for each in watches),
+        "last_write_after_ready": (last_change - last_ready) if last_change else 0.0,
+        "late_writes": dict(late),
+        "watch_restarts": sum(each.restarts for each in watches),
+    }
+
+
+def incomplete_streams(bench: Bench, namespaces: list[str]) -> int:
+    """Streams whose status, at the moment the last resource turned Ready, did not yet count
+    their consumer (each bench stream has exactly one)."""
+    missing = 0
+    for namespace in namespaces:
+        items = cast(
+            dict[str, Any],
+            bench.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, "streams"),
+        )["items"]
+        missing += sum(1 for item in items if (item.get("status") or {}).get("consumerCount") != 1)
+    return missing
+
+
+def add_floor(bench: Bench, row: dict[str, Any]) -> None:
+    """The floor, measured in the same run with the operator stopped: the same creations in
+    NATS and the same status patches. Applying the 2N objects alone is timed too (into a fresh
+    namespace, whose objects then take the floor's patches), to compare with how long the same
+    applies took while the operator converged."""
+    size = row["size"]
+    for operator in bench.operators:
+        operator.stop()
+    row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
+    namespace = bench.namespace(f"apply-only-{size}")
+    row["apply"] = time_apply(
+        lambda plural, _prefix, bodies: bench.create_many(namespace, plural, bodies), size
+    )
+    row["patches"] = floor_status_patches(bench.objects, namespace, size)
+    row["floor"] = row["nats"] + row["patches"]
+    row["ratio"] = row["wall"] / row["floor"]
+    row["ratio_with_apply"] = row["wall"] / (row["floor"] + row["apply"])
+    row["apply_slowdown"] = row["created"] / row["apply"]
+
+
+# -- idle, drift, restart --------------------------------------------------------------------------
+
+
+def idle_kinds(bench: Bench, count: int) -> list[ObjectWatch]:
+    """A NatsConnection to the 3-node cluster with `count` R3 and `count` R1 streams and a
+    consumer each, so the idle figures cover every kind; returns their watches once Ready."""
+    assert bench.cluster is not None
+    namespace = bench.namespace("idle-kinds")
+    bench.objects.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "natsconnections",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NatsConnection",
+            "metadata": {"name": "cluster"},
+            "spec": {"servers": bench.cluster.urls},
+        },
+    )
+    watches = [
+        bench.watch(namespace, "natsconnections"),
+        bench.watch(namespace, "streams", kind_of=stream_kind),
+        bench.watch(namespace, "consumers"),
+    ]
+    streams = [stream_body(i, "K", 3, "cluster") for i in range(count)] + [
+        stream_body(i, "K", 1, "cluster") for i in range(count, 2 * count)
+    ]
+    bench.create_many(namespace, "streams", streams)
+    bench.create_many(
+        namespace, "consumers", [consumer_body(i, "cluster") for i in range(2 * count)]
+    )
+    wait_ready(watches[:1], 1, timeout=300)
+    wait_ready(watches[1:], 2 * count, timeout=600)
+    return watches
+
+
+def idle_cost(
+    bench: Bench, seconds: float, watches: list[ObjectWatch], audit: ApiAudit
+) -> dict[str, Any]:
+    """Over `seconds`: writes by verb and resource, status changes by kind (from watches),
+    JetStream API requests (audit advisories) and the operator's own count by operation."""
+    for each in watches:
+        each.count_from()
+    writes_before, api_before = bench.writes(), audit.snapshot()
+    operations_before = bench.operator_requests()
+    time.sleep(seconds)
+    writes, api = bench.writes() - writes_before, audit.snapshot() - api_before
+    operations_after = bench.operator_requests()
+    per_minute = 60.0 / seconds
+    kinds: Counter[str] = Counter()
+    for each in watches:
+        kinds.update(each.changes)
+    return {
+        "seconds": seconds,
+        "k8s_writes_per_min": foreground(writes) * per_minute,
+        "k8s_writes": breakdown(writes, per_minute),
+        "kind_changes": {kind: n * per_minute for kind, n in kinds.items()},
+        "nats_requests_per_min": sum(api.values()) * per_minute,
+        "nats_per_resync": sum(api.values()) * RESYNC_INTERVAL / seconds,
+        "nats_requests": breakdown(api, RESYNC_INTERVAL / seconds),
+        "operator_requests_per_min": {
+            operation: (count - operations_before.get(operation, 0)) * per_minute
+            for operation, count in operations_after.items()
+            if count != operations_before.get(operation, 0)
+        },
+    }
+
+
+def percentile(values: list[float], q: int) -> float:
+    if len(values) < 2:
+        return values[0] * 1000 if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000
+
+
+async def drift_latency(
+    url: str,
+    prefix: str,
+    samples: int,
+    timeout: float = 10.0,
+    at_once: bool = False,
+    expected_max_msgs: int = -1,
+) -> dict[str, Any]:
+    """Out-of-band changes (max_msgs) and then deletions of `samples` streams, each timed until
+    the server shows the declared stream again; one after another, or all at once (a controller
+    that repairs only on a timer would take `samples` times its period one after another). A
+    repair that takes longer than `timeout` counts as not repaired."""
+    nc = await nats.connect(url)
+    jetstream = JetStreamApi(nc)
+    names = [f"{prefix}_{index}" for index in range(samples)]
+
+    async def until(probe: Callable[[], Awaitable[bool]]) -> float | None:
+        started = time.perf_counter()
+        while not await probe():
+            if time.perf_counter() - started > timeout:
+                return None
+            await asyncio.sleep(0.005 if not at_once else 0.05)
+        return time.perf_counter() - started
+
+    async def change(name: str) -> float | None:
+        info = await jetstream.stream_info(name)
+        assert info is not None, name
+        await jetstream.update_stream({**info["config"], "max_msgs": 12345})
+
+        async def restored() -> bool:
+            current = await jetstream.stream_info(name)
+            return current is not None and current["config"]["max_msgs"] == expected_max_msgs
+
+        return await until(restored)
+
+    async def delete(name: str) -> float | None:
+        await jetstream.delete_stream(name)
+
+        async def back() -> bool:
+            return await jetstream.stream_info(name) is not None
+
+        return await until(back)
+
+    async def each(step: Callable[[str], Awaitable[float | None]]) -> list[float]:
+        if at_once:
+            took = await asyncio.gather(*(step(name) for name in names))
+        else:
+            took = [await step(name) for name in names]
+        return [value for value in took if value is not None]
+
+    if at_once:
+        changes, deletions = await each(change), await each(delete)
+    else:  # each stream changed, then deleted, before the next
+        changes, deletions = [], []
+        for name in names:
+            changes += [t for t in [await change(name)] if t is not None]
+            deletions += [t for t in [await delete(name)] if t is not None]
+    await nc.close()
+    return {
+        "samples": samples,
+        "at_once": at_once,
+        "timeout_s": timeout,
+        "changes_repaired": len(changes),
+        "deletions_repaired": len(deletions),
+        "change_p50_ms": percentile(changes, 50),
+        "change_p99_ms": percentile(changes, 99),
+        "delete_p50_ms": percentile(deletions, 50),
+        "delete_p99_ms": percentile(deletions, 99),
+    }
+
+
+def restart(bench: Bench, watches: list[ObjectWatch], seconds: float) -> dict[str, Any]:
+    """Stop the operator and start it again with every resource in place and in sync: the
+    writes it makes in the next `seconds`, and when its last one was."""
+    bench.operator.stop()
+    time.sleep(2)
+    for each in watches:
+        each.count_from()
+    writes_before = bench.writes()
+    started = time.monotonic()
+    bench.operator.start()
+    healthy = time.monotonic() - started
+    time.sleep(seconds)
+    writes = bench.writes() - writes_before
+    last = max((each.last_change for each in watches), default=0.0)
+    kinds: Counter[str] = Counter()
+    for each in watches:
+        kinds.update(each.changes)
+    return {
+        "seconds": seconds,
+        "healthy_s": healthy,
+        "status_changes": dict(kinds),
+        "writes": breakdown(Counter({k: n for k, n in writes.items() if n})),
+        "foreground_writes": foreground(writes),
+        "last_write_s": (last - started) if last else 0.0,
+    }
+
+
+# -- busy streams ----------------------------------------------------------------------------------
+
+
+def busy(size: int, seconds: float, rate: float) -> dict[str, Any]:
+    """N streams (no consumers) all receiving messages: status writes a minute against the
+    budget (JETSTREAM_OPERATOR_STATUS_INTERVAL per resource, _STATUS_WRITES_PER_SECOND)."""
+    with tempfile.TemporaryDirectory(prefix=f"jso-busy-{size}-") as directory:
+        bench = Bench(Path(directory))
+        try:
+            bench.start()
+            warm_up(bench)
+            namespace = bench.namespace(f"busy-{size}")
+            with watching([bench.watch(namespace, "streams")]) as watches:
+                bench.create_many(namespace, "streams", [stream_body(i, "H") for i in range(size)])
+                wait_ready(watches, size)
+                # Counters are written at most once per interval per resource, and the first
+                # change of each is written at once: count from one interval in, steady state.
+                warm = SETTINGS.status_interval + 5
+                with ThreadPoolExecutor(max_workers=1) as pool:
+                    sending = pool.submit(
+                        lambda: asyncio.run(
+                            publish(bench.nats.url, "h", size, warm + seconds, rate)
+                        )
+                    )
+                    time.sleep(warm)
+                    watches[0].count_from()
+                    writes_before = bench.writes()
+                    time.sleep(seconds)
+                    writes = bench.writes() - writes_before
+                    changes = sum(watches[0].changes.values())
+                    published = sending.result(timeout=120)
+        finally:
+            bench.stop()
+    per_minute = 60.0 / seconds
+    budget = min(SETTINGS.status_writes_per_second * 60, size * 60 / SETTINGS.status_interval)
+    return {
+        "size": size,
+        "seconds": seconds,
+        "published_per_s": published / (seconds + SETTINGS.status_interval + 5),
+        "status_writes_per_min": changes * per_minute,
+        "writes": breakdown(writes, per_minute),
+        "budget_per_min": budget,
+    }
+
+
+async def publish(url: str, prefix: str, streams: int, seconds: float, rate: float) -> int:
+    """Core publishes round-robin over the streams' subjects at about `rate` messages/s."""
+    nc = await nats.connect(url)
+    sent = 0
+    started = time.perf_counter()
+    payload = b"x" * 64
+    while (elapsed := time.perf_counter() - started) < seconds:
+        target = int(elapsed * rate)
+        while sent < target:
+            await nc.publish(f"{prefix}_{sent % streams}.m", payload)
+            sent += 1
+        await nc.flush()
+        await asyncio.sleep(0.05)
+    await nc.close()
+    return sent
+
+
+# -- memory ----------------------------------------------------------------------------------------
+
+
+def heap(size: int, top: int = 15, frames: int = 16) -> dict[str, Any]:
+    """The operator run under tracemalloc (bench/heapprobe/sitecustomize.py): its Python heap
+    by owner before N Streams and N Consumers are applied and after they are Ready, so the
+    difference is what the resources cost, and whose code holds it."""
+    with tempfile.TemporaryDirectory(prefix=f"jso-heap-{size}-") as directory:
+        out = Path(directory) / "heap.json"
+        bench = Bench(Path(directory))
+
+        def dump(number: int) -> dict[str, Any]:
+            assert bench.operator.pid is not None
+            os.kill(bench.operator.pid, signal.SIGUSR2)
+            path = Path(f"{out}.{number}")
+            deadline = time.monotonic() + 600
+            while not path.exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no heap snapshot {path}")
+                time.sleep(1)
+            return cast(dict[str, Any], json.loads(path.read_text()))
+
+        try:
+            bench.start(
+                extra_env={
+                    "PYTHONPATH": os.pathsep.join(
+                        [str(HEAP_PROBE), os.environ.get("PYTHONPATH", "")]
+                    ),
+                    "PYTHONTRACEMALLOC": str(frames),
+                    "JSO_HEAP_PROBE_OUT": str(out),
+                },
+                timeout=600,  # tracing every allocation slows start-up several times
+            )
+            before: dict[str, Any] = {}
+            row = convergence(
+                bench, size, 10, [f"heap-{size}"], before_apply=lambda: before.update(dump(1))
+            )
+            after = dump(2)
+        finally:
+            bench.stop()
+    resources = 2 * size
+
+    def growth(key: str) -> list[tuple[str, float]]:
+        grown = {
+            name: (value - before[key].get(name, 0)) / resources
+            for name, value in after[key].items()
+        }
+        return sorted(grown.items(), key=lambda item: -item[1])
+
+    return {
+        "size": size,
+        "rss": row["rss"],
+        "traced_before_mib": before["total"] / 2**20,
+        "traced_after_mib": after["total"] / 2**20,
+        "per_resource_kib": (after["total"] - before["total"]) / resources / 1024,
+        "by_package": [(name, value / 1024) for name, value in growth("by_package")],
+        "by_file": [(name, value / 1024) for name, value in growth("by_file")[:top]],
+    }
+
+
+# -- one size --------------------------------------------------------------------------------------
+
+
+def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One size on fresh servers: convergence and settling; at the idle size, idle cost per kind,
+    drift repair and a restart; then the floor on the same servers."""
+    idle = size == args.idle_size
+    with tempfile.TemporaryDirectory(prefix=f"jso-bench-{size}-") as directory:
+        bench = Bench(Path(directory), cluster=idle)
+        try:
+            bench.start()
+            row = convergence(bench, size, args.settle, [f"bench-{size}"])
+            if idle:
+                kinds = idle_kinds(bench, args.kind_count)
+                bench_watches = [
+                    bench.watch(f"bench-{size}", "streams", kind_of=stream_kind),
+                    bench.watch(f"bench-{size}", "consumers"),
+                ]
+                with watching(kinds + bench_watches):
+                    wait_ready(bench_watches, size, timeout=120)
+                    time.sleep(args.settle)
+                    audit = ApiAudit(bench.nats_urls())
+                    try:
+                        row["idle"] = idle_cost(
+                            bench, args.idle_seconds, kinds + bench_watches, audit
+                        )
+                    finally:
+                        audit.close()
+                    row["idle_rss"] = bench.operator_rss_mib()
+                    row["drift"] = asyncio.run(
+                        drift_latency(bench.nats.url, f"B{size}", args.drift_samples)
+                    )
+                    time.sleep(5)
+                    row["restart"] = restart(bench, kinds + bench_watches, args.restart_seconds)
             add_floor(bench, row)
         finally:
             bench.stop()
@@ -285,188 +923,201 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def warm_up(bench: Bench) -> None:
-    """One Stream and Consumer first: a fresh API server takes seconds over its first custom
-    resources (schemas and CEL rules compiled on first use), which is not the operator's cost."""
-    namespace = bench.namespace("warm-up")
-    watches = [bench.watch_ready(namespace, plural) for plural in ("streams", "consumers")]
-    bench.create_many(namespace, "streams", [stream_body(0, "WARM")])
-    bench.create_many(namespace, "consumers", [consumer_body(0)])
-    wait_ready(watches, 1, timeout=120)
-    for each in watches:
-        each.stop()
+def run_split(size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Two operators on disjoint namespace sets (JETSTREAM_OPERATOR_NAMESPACES globs), the
+    resources spread evenly over one namespace of each."""
+    with tempfile.TemporaryDirectory(prefix=f"jso-split-{size}-") as directory:
+        bench = Bench(Path(directory))
+        try:
+            bench.start(namespaces=["warm-up,split-a-*", "split-b-*"])
+            names = [f"split-a-{size}", f"split-b-{size}"]
+            row = convergence(bench, size, args.settle, names)
+            row["namespaces"] = names
+            row["rss_each"] = [rss_mib(each.pid) for each in bench.operators]
+            add_floor(bench, row)
+        finally:
+            bench.stop()
+    print(json.dumps(row), flush=True)
+    return row
 
 
-def convergence(bench: Bench, size: int) -> dict[str, Any]:
-    warm_up(bench)
-    namespace = bench.namespace(f"bench-{size}")
-    prefix = f"B{size}"
-    watches = [bench.watch_ready(namespace, plural) for plural in ("streams", "consumers")]
-    started = time.perf_counter()
-    bench.create_many(namespace, "streams", [stream_body(i, prefix) for i in range(size)])
-    bench.create_many(namespace, "consumers", [consumer_body(i) for i in range(size)])
-    created = time.perf_counter() - started
-    wait_ready(watches, size)
-    wall = time.perf_counter() - started
-    for each in watches:
-        each.stop()
-    return {
-        "size": size,
-        "namespace": namespace,
-        "wall": wall,
-        "created": created,
-        "rss": bench.operator_rss_mib(),
-    }
-
-
-def add_floor(bench: Bench, row: dict[str, Any]) -> None:
-    """The floor, measured in the same run with the operator stopped: the same creations in
-    NATS and the same status patches. Applying the 2N objects themselves is not part of the
-    floor, but it is part of the wall time, so it is timed too (into a fresh namespace)."""
-    size = row["size"]
-    assert bench.operator is not None
-    bench.operator.stop()
-    row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
-    row["patches"] = floor_status_patches(bench.objects, row["namespace"], size)
-    row["floor"] = row["nats"] + row["patches"]
-    row["ratio"] = row["wall"] / row["floor"]
-    namespace = bench.namespace(f"apply-only-{size}")
-    started = time.perf_counter()
-    bench.create_many(namespace, "streams", [stream_body(i, f"A{size}") for i in range(size)])
-    bench.create_many(namespace, "consumers", [consumer_body(i) for i in range(size)])
-    row["apply"] = time.perf_counter() - started
-    row["ratio_with_apply"] = row["wall"] / (row["floor"] + row["apply"])
-
-
-def idle_cost(bench: Bench, seconds: float) -> dict[str, Any]:
-    writes_before, api_before = bench.apiserver_writes(), bench.nats_api_requests()
-    operations_before = bench.operator_requests()
-    time.sleep(seconds)
-    writes_after, api_after = bench.apiserver_writes(), bench.nats_api_requests()
-    operations_after = bench.operator_requests()
-    per_minute = 60.0 / seconds
-    by_operation = {
-        operation: (count - operations_before.get(operation, 0)) * per_minute
-        for operation, count in operations_after.items()
-        if count != operations_before.get(operation, 0)
-    }
-    return {
-        "k8s_writes_per_min": (writes_after - writes_before) * per_minute,
-        "nats_requests_per_min": (api_after - api_before) * per_minute,
-        "operator_requests_per_min": by_operation,
-    }
-
-
-async def drift_latency(url: str, prefix: str, samples: int) -> dict[str, float]:
-    nc = await nats.connect(url)
-    jetstream = JetStreamApi(nc)
-    changes: list[float] = []
-    deletions: list[float] = []
-
-    async def until(probe: Callable[[], Any]) -> float:
-        started = time.perf_counter()
-        while not await probe():
-            await asyncio.sleep(0.005)
-        return time.perf_counter() - started
-
-    for index in range(samples):
-        name = f"{prefix}_{index}"
-        info = await jetstream.stream_info(name)
-        assert info is not None
-        await jetstream.update_stream({**info["config"], "max_msgs": 12345})
-
-        async def restored(stream: str = name) -> bool:
-            current = await jetstream.stream_info(stream)
-            return current is not None and current["config"]["max_msgs"] == -1
-
-        changes.append(await until(restored))
-        await jetstream.delete_stream(name)
-
-        async def back(stream: str = name) -> bool:
-            return await jetstream.stream_info(stream) is not None
-
-        deletions.append(await until(back))
-    await nc.close()
-
-    def pct(values: list[float], q: int) -> float:
-        return statistics.quantiles(values, n=100)[q - 1] * 1000
-
-    return {
-        "change_p50_ms": pct(changes, 50),
-        "change_p99_ms": pct(changes, 99),
-        "delete_p50_ms": pct(deletions, 50),
-        "delete_p99_ms": pct(deletions, 99),
-    }
+# -- report ----------------------------------------------------------------------------------------
 
 
 def machine() -> str:
     return (
         f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
-        f"kube-apiserver v1.34.4, nats-server 2.12.8, date {datetime.now(UTC):%Y-%m-%d}"
+        f"kube-apiserver v1.34.4, nats-server 2.12.8, date {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"load average {os.getloadavg()[0]:.2f} at the end (the machine is shared)"
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--idle-size", type=int, default=1000)
-    parser.add_argument("--idle-seconds", type=float, default=120)
-    parser.add_argument("--drift-samples", type=int, default=50)
-    parser.add_argument(
-        "--settle",
-        type=float,
-        default=45,
-        help="seconds to let first-pass work finish before measuring idle cost",
-    )
-    args = parser.parse_args()
-    if args.idle_size not in args.sizes:
-        parser.error("--idle-size must be one of --sizes")
-    rows = [run_size(size, args) for size in args.sizes]
+def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
     lines = [
-        f"Machine: {machine()}",
-        "",
-        "| N streams + N consumers | resources | wall (s) | floor (s): nats-py + status patches "
-        "| ratio | applying the 2N objects alone (s) | ratio to floor + applying "
-        "| operator RSS (MiB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | N streams + N consumers | wall (s) | floor (s): nats-py + status patches | ratio "
+        "| applying alone (s) | applying while converging (s) | slowdown | RSS (MiB) "
+        "| streams without consumerCount at last Ready | writes after last Ready "
+        "| last write after last Ready (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['size']} | {2 * row['size']} | {row['wall']:.1f} | {row['floor']:.1f} "
-            f"({row['nats']:.1f} + {row['patches']:.1f}) | {row['ratio']:.2f}x | "
-            f"{row['apply']:.1f} | {row['ratio_with_apply']:.2f}x | {row['rss']:.0f} |"
+            f"| {row.get('label', label or 'operator')} | {row['size']} | {row['wall']:.1f} "
+            f"| {row['floor']:.1f} ({row['nats']:.1f} + {row['patches']:.1f}) "
+            f"| {row['ratio']:.2f}x | {row['apply']:.1f} | {row['created']:.1f} "
+            f"| {row['apply_slowdown']:.2f}x | {row['rss']:.0f} | {row['status_incomplete']} "
+            f"| {breakdown(Counter(row['late_writes']))} | {row['last_write_after_ready']:.1f} |"
         )
-    idle_row = next(row for row in rows if row["size"] == args.idle_size)
-    idle, drift = idle_row["idle"], idle_row["drift"]
-    resyncs_per_min = 60.0 / RESYNC_INTERVAL
+    lines.append("")
     lines += [
-        "",
-        f"Idle, N={args.idle_size} ({2 * args.idle_size} resources), "
-        f"{args.idle_seconds:.0f} s after {args.settle:.0f} s settling: Kubernetes writes/min "
-        f"{idle['k8s_writes_per_min']:.1f}, NATS API requests/min "
-        f"{idle['nats_requests_per_min']:.1f} "
-        f"({idle['nats_requests_per_min'] / resyncs_per_min:.1f} per {RESYNC_INTERVAL:.0f} s "
-        f"resync; N/256 = {args.idle_size / 256:.1f}), operator RSS {idle_row['idle_rss']:.0f} MiB",
-        "",
-        "Of which the operator's, per minute by operation: "
-        + (
-            ", ".join(
-                f"{operation} {rate:.1f}"
-                for operation, rate in sorted(idle["operator_requests_per_min"].items())
-            )
-            or "none"
-        ),
-        "",
-        f"Drift repair over {args.drift_samples} streams: change p50 "
-        f"{drift['change_p50_ms']:.0f} ms, p99 {drift['change_p99_ms']:.0f} ms; "
-        f"deletion p50 {drift['delete_p50_ms']:.0f} ms, p99 {drift['delete_p99_ms']:.0f} ms",
+        f"- N={row['size']} ({row.get('label', 'operator')}), writes while converging: "
+        f"{breakdown(Counter(row['writes_converging']))} "
+        f"({foreground(Counter(row['writes_converging'])) / (2 * row['size']):.2f} per resource)"
+        for row in rows
     ]
-    text = "\n".join(lines)
+    return lines
+
+
+def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = [f"Machine: {machine()}", "", *(convergence_table(rows) if rows else [])]
+    idle_row = next((row for row in rows if "idle" in row), None)
+    if idle_row:
+        idle, drift, again = idle_row["idle"], idle_row["drift"], idle_row["restart"]
+        lines += [
+            "",
+            f"Idle, N={idle_row['size']} plus {args.kind_count} R3 and {args.kind_count} R1 "
+            f"streams with a consumer each on a NatsConnection to a 3-node cluster, "
+            f"{idle['seconds']:.0f} s after {args.settle:.0f} s settling:",
+            f"- Kubernetes writes/min (not counting leases): {idle['k8s_writes_per_min']:.1f}; "
+            f"all by verb and resource: {idle['k8s_writes']}",
+            "- status changes/min by kind: "
+            + (
+                ", ".join(f"{k} {v:.1f}" for k, v in sorted(idle["kind_changes"].items())) or "none"
+            ),
+            f"- JetStream API requests (audit advisories) per {RESYNC_INTERVAL:.0f} s resync: "
+            f"{idle['nats_per_resync']:.1f} (N/256 = {idle_row['size'] / 256:.1f}); "
+            f"by request: {idle['nats_requests']}",
+            "- the operator's own count, per minute: "
+            + (
+                ", ".join(
+                    f"{op} {rate:.1f}"
+                    for op, rate in sorted(idle["operator_requests_per_min"].items())
+                )
+                or "none"
+            ),
+            f"- operator RSS idle: {idle_row['idle_rss']:.0f} MiB",
+            "",
+            f"Drift repair over {drift['samples']} streams: change p50 "
+            f"{drift['change_p50_ms']:.0f} ms, p99 {drift['change_p99_ms']:.0f} ms "
+            f"({drift['changes_repaired']}/{drift['samples']} within {drift['timeout_s']:.0f} s); "
+            f"deletion p50 {drift['delete_p50_ms']:.0f} ms, p99 {drift['delete_p99_ms']:.0f} ms "
+            f"({drift['deletions_repaired']}/{drift['samples']})",
+            "",
+            f"Restart with everything in place: healthy after {again['healthy_s']:.1f} s; "
+            f"in the next {again['seconds']:.0f} s, status changes "
+            f"{again['status_changes'] or 'none'}, writes {again['writes']}, "
+            f"last write {again['last_write_s']:.1f} s after start",
+        ]
+    if "busy" in extras:
+        b = extras["busy"]
+        lines += [
+            "",
+            f"Busy: {b['size']} streams receiving {b['published_per_s']:.0f} msg/s in all for "
+            f"{b['seconds']:.0f} s: {b['status_writes_per_min']:.1f} status writes/min "
+            f"(budget {b['budget_per_min']:.0f}/min); writes/min {b['writes']}",
+        ]
+    if "heap" in extras:
+        h = extras["heap"]
+        lines += [
+            "",
+            f"Heap at N={h['size']} ({2 * h['size']} resources) under tracemalloc: RSS "
+            f"{h['rss']:.0f} MiB; traced Python heap {h['traced_before_mib']:.1f} MiB before "
+            f"applying, {h['traced_after_mib']:.1f} MiB after, "
+            f"{h['per_resource_kib']:.1f} KiB per resource. Per resource, by owner (KiB): "
+            + ", ".join(f"{name} {kib:.1f}" for name, kib in h["by_package"] if abs(kib) >= 0.1),
+            "- by file (KiB per resource): "
+            + ", ".join(f"{name} {kib:.1f}" for name, kib in h["by_file"]),
+        ]
+    if "split" in extras:
+        lines += ["", "Two operators on disjoint namespace sets:"]
+        lines += convergence_table([{**extras["split"], "label": "2 operators"}])
+        lines.append(
+            f"- RSS each (MiB): {', '.join(f'{v:.0f}' for v in extras['split']['rss_each'])}"
+        )
+    if "nack" in extras:
+        lines += ["", extras["nack"]]
+    return "\n".join(lines)
+
+
+def deadline_guard(seconds: float) -> None:
+    """Ends the whole run (servers are children in their own sessions: stop them at exit)."""
+
+    def expire() -> None:
+        print(f"bench: overall deadline of {seconds:.0f} s passed; stopping", file=sys.stderr)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100, 1000])
+    parser.add_argument("--idle-size", type=int, default=1000)
+    parser.add_argument("--idle-seconds", type=float, default=120)
+    parser.add_argument(
+        "--kind-count", type=int, default=20, help="R3 and R1 streams on a connection"
+    )
+    parser.add_argument("--drift-samples", type=int, default=50)
+    parser.add_argument("--restart-seconds", type=float, default=60)
+    parser.add_argument(
+        "--settle", type=float, default=45, help="seconds watched after the last resource is Ready"
+    )
+    parser.add_argument("--busy", type=int, help="streams for the busy-streams run")
+    parser.add_argument("--busy-seconds", type=float, default=120)
+    parser.add_argument("--busy-rate", type=float, default=2000, help="messages/s over all")
+    parser.add_argument("--heap-size", type=int, help="N for a tracemalloc run (slow)")
+    parser.add_argument("--split", type=int, help="N for a run with two operators")
+    parser.add_argument("--deadline", type=float, default=4 * 3600, help="seconds for everything")
+    parser.add_argument("--nack-bin", type=Path, default=os.environ.get("NACK_BIN"))
+    parser.add_argument("--nack-crds", type=Path, default=os.environ.get("NACK_CRDS"))
+    parser.add_argument("--nack-sizes", type=int, nargs="+", help="default: --sizes")
+    parser.add_argument("--nack-modes", nargs="+", default=["legacy", "control-loop"])
+    parser.add_argument("--nack-drift-samples", type=int, default=20)
+    parser.add_argument("--nack-drift-timeout", type=float, default=90)
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per convergence")
+    args = parser.parse_args()
+    if args.sizes and args.idle_size not in args.sizes:
+        parser.error("--idle-size must be one of --sizes")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # runs the finally: blocks
+    deadline_guard(args.deadline)
+    rows = [run_size(size, args) for size in args.sizes]
+    extras: dict[str, Any] = {}
+    if args.busy:
+        extras["busy"] = busy(args.busy, args.busy_seconds, args.busy_rate)
+        print(json.dumps(extras["busy"]), flush=True)
+    if args.split:
+        extras["split"] = run_split(args.split, args)
+    if args.heap_size:
+        extras["heap"] = heap(args.heap_size)
+        print(json.dumps(extras["heap"]), flush=True)
+    if args.nack_bin:
+        import nack_bench  # imports this module: only needed with NACK
+
+        extras["nack"] = nack_bench.run_all(
+            args.nack_bin, args.nack_crds, args.nack_sizes or args.sizes, args
+        )
+    text = report(rows, extras, args)
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"operator-{datetime.now(UTC):%Y%m%d-%H%M}.md").write_text(text + "\n")
-    print(json.dumps({"rows": rows}))
+    print(json.dumps({"rows": rows, "extras": extras}, default=str))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(BENCH_DIR))
+    sys.exit(main())

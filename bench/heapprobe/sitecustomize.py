@@ -1,0 +1,77 @@
+"""Heap probe for operator_bench.py --heap-size: on PYTHONPATH it is imported by every Python
+process at start-up, so the operator runs unchanged while its heap can be inspected.
+
+With JSO_HEAP_PROBE_OUT set (and PYTHONTRACEMALLOC=<frames>, so allocations are traced from the
+start), each SIGUSR2 writes the traced heap by package and by file as JSON to <path>.<n>.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tracemalloc
+from types import FrameType
+
+PACKAGES = (
+    "kopf",
+    "jetstream_operator",
+    "kubernetes",
+    "aiohttp",
+    "pydantic",
+    "pydantic_core",
+    "nats",
+    "yaml",
+)
+"""Third-party and our packages; the standard library is never the owner (json, copy, asyncio
+allocate on behalf of whoever called them)."""
+
+
+def _owner(filename: str) -> str | None:
+    """`package/file.py` when the file belongs to one of PACKAGES, else None."""
+    parts = filename.replace("\\", "/").split("/")
+    for index in range(len(parts) - 2, -1, -1):
+        if parts[index] in PACKAGES:
+            return f"{parts[index]}/{'/'.join(parts[index + 1 :])}"
+    return None
+
+
+_dumps = 0
+
+
+def _dump(_signum: int, _frame: FrameType | None) -> None:
+    """Each allocation is charged to the innermost frame in a known package (so a dict that
+    kopf builds through `copy` counts as kopf's), else to `importlib` for module code and data
+    loaded at import, else to `other`. Writes `<out>.<n>` for the n-th signal."""
+    global _dumps
+    _dumps += 1
+    path = f"{os.environ['JSO_HEAP_PROBE_OUT']}.{_dumps}"
+    snapshot = tracemalloc.take_snapshot()
+    by_package: dict[str, int] = {}
+    by_file: dict[str, int] = {}
+    total = 0
+    for trace in snapshot.traces:
+        total += trace.size
+        owner = None
+        for frame in reversed(trace.traceback):  # innermost first
+            owner = _owner(frame.filename)
+            if owner is not None:
+                break
+        if owner is None:
+            files = [frame.filename for frame in trace.traceback]
+            owner = "importlib/" if any("importlib" in name for name in files) else "other/"
+        package = owner.split("/", 1)[0]
+        by_package[package] = by_package.get(package, 0) + trace.size
+        by_file[owner] = by_file.get(owner, 0) + trace.size
+    result = {
+        "total": total,
+        "by_package": by_package,
+        "by_file": by_file,
+    }
+    with open(path + ".tmp", "w") as out:
+        json.dump(result, out)
+    os.replace(path + ".tmp", path)
+
+
+if os.environ.get("JSO_HEAP_PROBE_OUT") and tracemalloc.is_tracing():
+    signal.signal(signal.SIGUSR2, _dump)
