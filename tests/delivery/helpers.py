@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import KUBERNETES_VERSION
-from tests.integration.conftest import operator_variant
+from tests.integration.conftest import SESSION_OPERATOR_ENV, operator_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "jetstream-operator"
@@ -278,3 +278,15 @@ def can_i(
     answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
     assert answer.status is not None
     return bool(answer.status.allowed)
+
+
+@contextlib.contextmanager
+def operator_running(kubeconfig: Path, nats_url: str, log_file: Path) -> Iterator[OperatorProcess]:
+    """The operator from the checkout with the integration suite's quick settings, stopped on
+    exit: for fixtures that must not share the integration suite's session-wide operator."""
+    process = OperatorProcess(kubeconfig, nats_url, log_file, extra_env=SESSION_OPERATOR_ENV)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()

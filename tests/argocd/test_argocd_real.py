@@ -1,0 +1,241 @@
+"""Argo CD itself (application-controller + repo-server, built from its Go module) syncing
+Streams and Consumers from a Git repository, with the health check installed in argocd-cm as
+docs/argocd/README.md tells users to. The operator runs from the checkout.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from jetstream_operator.devenv.argocd import ArgoCD
+from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.integration.helpers import Resources, eventually
+
+from .conftest import Applications, GitRepo
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
+
+GROUP = "jetstream-operator.io"
+WAVE = "argocd.argoproj.io/sync-wave"
+# Reconciling reasons for NATS away: no connection at all, or one that stopped answering.
+OUTAGE_REASONS = ("Unreachable: ", "NatsUnavailable: ")
+
+
+def nats_name(namespace: str, suffix: str) -> str:
+    return f"{namespace}_{suffix}".upper().replace("-", "_")
+
+
+def stream(name: str, nats: str, wave: int = 1, **spec: Any) -> dict[str, Any]:
+    """A Stream as a user writes it: the defaults (storage, retention, ...) left out."""
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "Stream",
+        "metadata": {"name": name, "annotations": {WAVE: str(wave)}},
+        "spec": {"name": nats, "subjects": [f"{nats.lower()}.>"], **spec},
+    }
+
+
+def consumer(name: str, stream_ref: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "Consumer",
+        "metadata": {"name": name, "annotations": {WAVE: "2"}},
+        "spec": {"durableName": name, "streamRef": stream_ref, "ackPolicy": "explicit"},
+    }
+
+
+def application(
+    argocd: ArgoCD, repo: GitRepo, path: str, namespace: str, *sync_options: str
+) -> dict[str, Any]:
+    """An automated Application for one directory, deploying into the registered cluster."""
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {"name": namespace[:53], "namespace": "argocd"},
+        "spec": {
+            "project": "default",
+            "source": {"repoURL": repo.url, "targetRevision": "main", "path": path},
+            "destination": {"server": argocd.apiserver_url, "namespace": namespace},
+            "syncPolicy": {
+                "automated": {"prune": True, "selfHeal": True},
+                "syncOptions": list(sync_options),
+                "retry": {
+                    "limit": 10,
+                    "refresh": True,
+                    "backoff": {"duration": "2s", "factor": 2, "maxDuration": "20s"},
+                },
+            },
+        },
+    }
+
+
+def synced(revision: str, health: str = "Healthy") -> Any:
+    def check(app: dict[str, Any]) -> bool:
+        status = app.get("status", {})
+        return (
+            status.get("sync", {}).get("status") == "Synced"
+            and status.get("sync", {}).get("revision") == revision
+            and status.get("health", {}).get("status") == health
+        )
+
+    return check
+
+
+def health_of(app: dict[str, Any], kind: str, name: str) -> dict[str, str]:
+    """The resource's health in the Application's status; empty while it is not listed."""
+    for resource in app.get("status", {}).get("resources", []):
+        if resource["kind"] == kind and resource["name"] == name:
+            return dict(resource.get("health", {}))
+    return {}
+
+
+def test_synced_and_healthy_then_no_churn_from_defaults_or_status(
+    argocd: ArgoCD,
+    git_repo: GitRepo,
+    applications: Applications,
+    resources: Resources,
+    namespace: str,
+) -> None:
+    path = f"apps/{namespace}"
+    name = nats_name(namespace, "orders")
+    git_repo.write(f"{path}/stream.yaml", stream("orders", name))
+    git_repo.write(f"{path}/consumer.yaml", consumer("worker", "orders"))
+    revision = git_repo.commit("orders stream and consumer")
+    app_name = namespace[:53]
+    applications.create(application(argocd, git_repo, path, namespace))
+
+    app = applications.wait(app_name, synced(revision), "Synced and Healthy", timeout=180)
+    stream_health = health_of(app, "Stream", "orders")
+    assert stream_health["status"] == "Healthy"
+    assert f"stream {name} matches the spec" in stream_health["message"]
+    assert health_of(app, "Consumer", "worker")["status"] == "Healthy"
+
+    # The API server filled in defaults the manifest leaves out, and the operator keeps writing
+    # status (resync every 2 s here); neither may look like drift.
+    live = resources.get("streams", "orders")
+    assert live is not None
+    assert {"storage", "retention", "replicas"} <= set(live["spec"])
+    history = len(app["status"]["history"])
+    finished = app["status"]["operationState"]["finishedAt"]
+    for _ in range(3):
+        before = applications.get(app_name)["status"]["reconciledAt"]
+        time.sleep(2)  # reconciledAt has whole seconds
+        applications.refresh(app_name)
+        app = applications.wait(
+            app_name,
+            lambda app, before=before: app["status"].get("reconciledAt", "") > before,
+            "compared again",
+        )
+        assert app["status"]["sync"]["status"] == "Synced", app["status"]
+        assert {r["status"] for r in app["status"]["resources"]} == {"Synced"}
+    assert len(app["status"]["history"]) == history
+    assert app["status"]["operationState"]["finishedAt"] == finished
+
+
+@pytest.mark.local_servers
+def test_progressing_while_nats_is_down_and_healthy_when_it_returns(
+    argocd: ArgoCD,
+    git_repo: GitRepo,
+    applications: Applications,
+    namespace: str,
+    nats_server: Any,
+) -> None:
+    """A stream synced while NATS is down waits (Reconciling, NatsUnavailable): Progressing,
+    not Degraded, and Healthy once NATS is back, without anyone touching the Application.
+
+    A stream that was Ready before the outage keeps its last status while NATS is down: the
+    operator postpones its drift checks and writes nothing, so Argo CD stays Healthy for it.
+    """
+    path = f"apps/{namespace}"
+    git_repo.write(f"{path}/before.yaml", stream("before", nats_name(namespace, "before")))
+    revision = git_repo.commit("a stream")
+    app_name = namespace[:53]
+    applications.create(application(argocd, git_repo, path, namespace))
+    applications.wait(app_name, synced(revision), "Synced and Healthy", timeout=180)
+
+    nats_server.stop()
+    try:
+        git_repo.write(f"{path}/during.yaml", stream("during", nats_name(namespace, "during")))
+        revision = git_repo.commit("a stream while NATS is down")
+        applications.refresh(app_name)
+
+        def reported(app: dict[str, Any]) -> bool:
+            """Argo CD shows what the operator wrote (not only that it wrote nothing yet)."""
+            message = health_of(app, "Stream", "during").get("message", "")
+            return synced(revision, "Progressing")(app) and message.startswith(OUTAGE_REASONS)
+
+        app = applications.wait(app_name, reported, "Progressing without NATS", timeout=90)
+        health = health_of(app, "Stream", "during")
+        assert health["status"] == "Progressing", health
+        assert "retrying" in health["message"], health
+    finally:
+        nats_server.start()
+    applications.wait(app_name, synced(revision), "Healthy again", timeout=120)
+
+
+async def test_degraded_for_a_stalled_stream(
+    argocd: ArgoCD,
+    git_repo: GitRepo,
+    applications: Applications,
+    namespace: str,
+    nc: Client,
+) -> None:
+    """A stream of the same name that the operator did not create: Conflict, Stalled."""
+    name = nats_name(namespace, "legacy")
+    await nc.jetstream().add_stream(name=name, subjects=[f"{name.lower()}.other.>"])
+    path = f"apps/{namespace}"
+    git_repo.write(f"{path}/stream.yaml", stream("legacy", name))
+    revision = git_repo.commit("a stream that exists already")
+    app_name = namespace[:53]
+    applications.create(application(argocd, git_repo, path, namespace))
+    app = applications.wait(app_name, synced(revision, "Degraded"), "Degraded", timeout=180)
+    health = health_of(app, "Stream", "legacy")
+    assert health["status"] == "Degraded"
+    assert health["message"].startswith("Conflict: "), health
+
+
+async def test_pruned_streams_follow_their_deletion_policy(
+    argocd: ArgoCD,
+    git_repo: GitRepo,
+    applications: Applications,
+    resources: Resources,
+    namespace: str,
+    nc: Client,
+) -> None:
+    path = f"apps/{namespace}"
+    deleted, retained = nats_name(namespace, "deleted"), nats_name(namespace, "retained")
+    git_repo.write(f"{path}/deleted.yaml", stream("deleted", deleted, deletionPolicy="Delete"))
+    git_repo.write(f"{path}/retained.yaml", stream("retained", retained, deletionPolicy="Retain"))
+    # Something that stays, so the directory is never empty.
+    git_repo.write(
+        f"{path}/config.yaml",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept"}, "data": {}},
+    )
+    revision = git_repo.commit("two streams")
+    app_name = namespace[:53]
+    # Foreground deletion (Argo CD's default) is completed by kube-controller-manager's garbage
+    # collector; background does not depend on it, and the finalizer runs the same either way.
+    applications.create(
+        application(argocd, git_repo, path, namespace, "PrunePropagationPolicy=background")
+    )
+    applications.wait(app_name, synced(revision), "Synced and Healthy", timeout=180)
+    jetstream = JetStreamApi(nc)
+    assert await jetstream.stream_info(deleted) is not None
+    assert await jetstream.stream_info(retained) is not None
+
+    git_repo.remove(f"{path}/deleted.yaml")
+    git_repo.remove(f"{path}/retained.yaml")
+    pruned = git_repo.commit("remove both streams")
+    applications.refresh(app_name)
+    applications.wait(app_name, synced(pruned), "pruned and Synced", timeout=120)
+
+    async def gone() -> bool:
+        return all(resources.get("streams", n) is None for n in ("deleted", "retained"))
+
+    await eventually(gone, timeout=60)
+    assert await jetstream.stream_info(deleted) is None
+    assert await jetstream.stream_info(retained) is not None
