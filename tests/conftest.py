@@ -18,7 +18,7 @@ import pytest
 
 from jetstream_operator.devenv.containers import Docker, EngineUnavailable
 from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.gobuild import ensure_tools
+from jetstream_operator.devenv.gobuild import NODE_TOOLS, ensure_tools
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.processes import tail
 from tests.support.targets import (
@@ -31,7 +31,16 @@ from tests.support.targets import (
 
 LOG_TAIL_LINES = 60
 INFRA_FIXTURES = frozenset(
-    {"control_plane", "kubeconfig", "kubectl", "nats_server", "nats_cluster", "process_logs"}
+    {
+        "control_plane",
+        "kubeconfig",
+        "kubectl",
+        "nats_server",
+        "nats_cluster",
+        "process_logs",
+        "node",
+        "node_nats",
+    }
 )
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "integration: runs real etcd, kube-apiserver and nats-server processes"
     )
     config.addinivalue_line("markers", f"local_servers: {LOCAL_ONLY_REASON}")
+    config.addinivalue_line(
+        "markers", "node: runs on the project's one-node cluster unless an existing one is named"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -87,7 +99,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             wanted.add("kubectl")
     if wanted:
         ensure_tools(sorted(wanted))
-    if any(IMAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
+    on_node = TARGET is None and any(item.get_closest_marker("node") for item in session.items)
+    if on_node:
+        ensure_tools(NODE_TOOLS)
+    uses_image = any(IMAGE_FIXTURES & set(getattr(i, "fixturenames", ())) for i in session.items)
+    if on_node or uses_image:
         _prepare_image()
 
 
@@ -121,6 +137,11 @@ def pytest_runtest_makereport(
             if text:
                 report.sections.append((f"{name} log (last {LOG_TAIL_LINES} lines)", text))
     return report
+
+
+def register_logs(fixture: str, logs: dict[str, Path]) -> None:
+    """Have these logs' tails shown when a test that used `fixture` fails."""
+    _fixture_logs[fixture] = logs
 
 
 @pytest.fixture(scope="session")

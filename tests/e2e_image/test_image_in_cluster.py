@@ -1,12 +1,11 @@
-"""The container image, installed by the chart, runs the operator inside an existing cluster.
+"""The container image, installed by the chart, runs the operator inside a cluster.
 
-Run by `make e2e` (which builds the image and loads it into a kind cluster) or by hand with
-JETSTREAM_OPERATOR_E2E_KUBECONFIG, ..._NATS_URL and ..._IMAGE set; the image must be pullable
-by the cluster. Run it on its own: any other operator process watching the cluster (such as the
-integration suite's) would reconcile the same resources. Without a container engine nothing
-here can run, and on this project's CI it is skipped (no engine, no cluster).
-
-NOT YET RUN: no machine this was written on had a container engine or a kind cluster.
+By default the cluster is the one-node Kubernetes this project starts itself (`node` fixture:
+kubelet, containerd, the image built from this checkout and loaded into it, NATS on the node's
+address). With JETSTREAM_OPERATOR_E2E_KUBECONFIG, ..._NATS_URL and ..._IMAGE set (`make
+e2e-image`), an existing cluster instead; the image must then be pullable by it. Against an
+existing cluster, run it on its own: any other operator process watching the cluster (such as the
+integration suite's) would reconcile the same resources.
 """
 
 from __future__ import annotations
@@ -23,11 +22,15 @@ from kubernetes import client
 
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.devenv.gobuild import ensure_tools
+from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_operator.devenv.node import Node
 from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.conftest import TEST_IMAGE
 from tests.delivery.helpers import CHART, Helm, new_client
 from tests.support.targets import ExistingTarget, existing_target
 
 TARGET = existing_target()
+pytestmark = pytest.mark.node
 RELEASE = "jso-image"
 
 NEEDS = (
@@ -58,10 +61,20 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def target() -> ExistingTarget:
-    if TARGET is None or not TARGET.image:
-        pytest.skip(NEEDS)
-    return TARGET
+def target(request: pytest.FixtureRequest) -> ExistingTarget:
+    """The existing cluster named by the environment, or else the project's own node."""
+    if TARGET is not None:
+        if not TARGET.image:
+            pytest.skip(NEEDS)
+        return TARGET
+    node: Node = request.getfixturevalue("node")
+    nats_server: NatsServer = request.getfixturevalue("node_nats")
+    return ExistingTarget(
+        kubeconfig=node.control_plane.kubeconfig,
+        nats_url=nats_server.url,
+        in_cluster_nats_url=nats_server.url,
+        image=TEST_IMAGE,
+    )
 
 
 @pytest.fixture(scope="module")

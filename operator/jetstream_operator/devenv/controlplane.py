@@ -273,6 +273,8 @@ class ControlPlane:
                 # For `kubectl logs/exec`: the API server calls the kubelet as the admin.
                 f"--kubelet-client-certificate={pki.admin_cert}",
                 f"--kubelet-client-key={pki.admin_key}",
+                # The node's name does not resolve; its InternalIP is NODE_ADDRESS.
+                "--kubelet-preferred-address-types=InternalIP",
             ]
         return [
             *argv,
