@@ -43,6 +43,7 @@ _RESERVED_HEADERS = {
     "nats-expected-stream": "the sink sets it from the 'stream' option",
 }
 _HEADER_LINE = b"NATS/1.0\r\n"
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class PublishError(RuntimeError):
@@ -195,7 +196,9 @@ def _header_pairs(value: Any, where: str = "a row") -> list[tuple[str, str]]:
             text = "" if val is None else _text(val)
         except UnicodeDecodeError:
             raise PublishError(f"{where}: header '{key}' is not UTF-8 text") from None
-        check_header(key, text, where)
+        problem = header_problem(key, text)
+        if problem is not None:
+            raise PublishError(f"{where}: {problem}")
         if key.lower() in _RESERVED_HEADERS:
             raise PublishError(
                 f"{where}: header '{key}' may not be given: {_RESERVED_HEADERS[key.lower()]}"
@@ -204,22 +207,17 @@ def _header_pairs(value: Any, where: str = "a row") -> list[tuple[str, str]]:
     return pairs
 
 
-def check_header(key: str, value: str, where: str) -> None:
-    """A header must stay one `Key: value` line: token characters in the key, no line break
-    (or other control character) in the value, nothing for nats-py to strip or rewrite."""
+def header_problem(key: str, value: str) -> str | None:
+    """Why `key: value` cannot be one header line (None when it can): the key must be a
+    token, and the value may hold no line break or other control character, nor spaces at
+    its ends (nats-py would strip them, or in 2.9 let a line break inject headers)."""
     if not _HEADER_KEY.fullmatch(key):
-        raise PublishError(
-            f"{where}: header name {key!r} is not a valid token (letters, digits, !#$%&'*+-.^_`|~)"
-        )
-    if any((ord(char) < 32 and char != "\t") or ord(char) == 127 for char in value):
-        raise PublishError(
-            f"{where}: header '{key}' has a line break or control character in its value "
-            f"{value[:80]!r}"
-        )
+        return f"header name {key!r} is not a valid token (letters, digits, !#$%&'*+-.^_`|~)"
+    if _CONTROL.search(value):
+        return f"header '{key}' has a line break or control character in its value {value[:80]!r}"
     if value != value.strip():
-        raise PublishError(
-            f"{where}: header '{key}' has leading or trailing whitespace, which NATS drops"
-        )
+        return f"header '{key}' has leading or trailing whitespace, which NATS drops"
+    return None
 
 
 def header_block_size(pairs: list[tuple[str, str]]) -> int:
@@ -245,6 +243,9 @@ async def _publish_batches(
     close the connection."""
     id_column = options.message_id_column
     checked: dict[str, None] = {}  # subjects already validated (rows usually repeat a few)
+    problem = header_problem("Nats-Msg-Id", f"{ids}:0")
+    if problem is not None:
+        raise PublishError(f"{where_prefix}: {problem}")
     async with connect(options.connection) as nc:
         max_payload = nc.max_payload
         publisher = _Publisher(nc, options)
@@ -263,7 +264,7 @@ async def _publish_batches(
             headers = batch.column("headers").to_pylist() if "headers" in columns else None
             keys = batch.column(id_column).to_pylist() if id_column else None
             for index in range(size):
-                where = f"{where_prefix} row {row}"
+                where = f"{where_prefix} row {row}"  # cheap next to the publish; for errors
                 subject = subjects[index] or options.subject
                 if not subject:
                     raise PublishError(f"{where} has no subject and no 'subject' option is set")
@@ -284,8 +285,10 @@ async def _publish_batches(
                             "its own message id (rows with the same id are stored once)"
                         )
                     message_id = f"{ids}:{_text(key)}"
+                    problem = header_problem("Nats-Msg-Id", message_id)
+                    if problem is not None:
+                        raise PublishError(f"{where}: messageIdColumn '{id_column}': {problem}")
                 pairs = [("Nats-Msg-Id", message_id)]
-                check_header("Nats-Msg-Id", message_id, where)
                 if options.stream:
                     pairs.append(("Nats-Expected-Stream", options.stream))
                 if headers is not None:

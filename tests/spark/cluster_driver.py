@@ -33,6 +33,7 @@ def main() -> None:
         .config("spark.pyspark.python", sys.executable)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.task.maxFailures", "8")
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -51,6 +51,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.pyspark.python", sys.executable)
+        # A loaded test machine can take over the default 15 s to start a Python worker.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

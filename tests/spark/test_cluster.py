@@ -31,7 +31,8 @@ from jetstream_spark.schema import arrow_schema
 
 from .helpers import create_stream, publish, unique, with_js
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+# Six JVMs (master, two workers, driver, two executors) on a shared machine: a longer limit.
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 
 MESSAGES = 6_000
 PER_TRIGGER = 1_000
@@ -210,7 +211,7 @@ def test_batch_and_streaming_on_a_cluster_survive_a_killed_worker(
         assert batch["executors"] == 2 and batch["partitions"] == 2  # the cluster's parallelism
 
         # Kill a worker (and its executor) once the streaming copy is under way.
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 400
         while _count(url, stream_out) < 2 * PER_TRIGGER:
             assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the streaming query made no progress"
@@ -219,7 +220,7 @@ def test_batch_and_streaming_on_a_cluster_survive_a_killed_worker(
         spark_cluster.kill("worker-0")
         assert killed_at < MESSAGES, "the query finished before the worker was killed"
 
-        out, _ = driver.communicate(timeout=300)
+        out, _ = driver.communicate(timeout=500)
         assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
         if driver.poll() is None:
