@@ -8,7 +8,8 @@
 --   Ready=True                                                                     -> Healthy
 --   Reconciling=True (working on it, retrying by itself)                           -> Progressing
 --   Ready=False otherwise                                                          -> Degraded
--- Plain Lua 5.1, as Argo CD's gopher-lua runs it: no goto, no integer division; string.format only.
+-- Plain Lua 5.1, as Argo CD's gopher-lua runs it, with only its base, table and os libraries:
+-- no `string`, `math` or `io` (string.format fails there with "attempt to index a non-table").
 
 local hs = {}
 
@@ -48,7 +49,7 @@ end
 local observed = obj.status.observedGeneration
 if generation ~= nil and (observed == nil or observed < generation) then
   hs.status = "Progressing"
-  hs.message = "Waiting for the operator to act on generation " .. string.format("%d", generation)
+  hs.message = "Waiting for the operator to act on generation " .. tostring(generation)
   return hs
 end
 

@@ -9,6 +9,7 @@ from lupa import lua51
 from .helpers import ROOT
 
 HEALTH_LUA = ROOT / "docs" / "argocd" / "health.lua"
+ARGOCD_MISSING_LIBRARIES = ("string", "math", "io", "coroutine", "debug")
 
 
 def _to_lua(runtime: Any, value: Any) -> Any:
@@ -25,6 +26,10 @@ def _to_lua(runtime: Any, value: Any) -> Any:
 def argocd_health(obj: dict[str, Any], script: str | None = None) -> dict[str, str]:
     """The health (status, message) the script returns for one resource."""
     runtime = lua51.LuaRuntime(register_eval=False, register_builtins=False)
-    runtime.globals().obj = _to_lua(runtime, obj)
+    lua_globals = runtime.globals()
+    # Argo CD opens only the base, table, package and (a safe) os library for health scripts.
+    for library in ARGOCD_MISSING_LIBRARIES:
+        lua_globals[library] = None
+    lua_globals.obj = _to_lua(runtime, obj)
     result = runtime.execute(script if script is not None else HEALTH_LUA.read_text())
     return {"status": str(result["status"]), "message": str(result["message"] or "")}
