@@ -74,12 +74,19 @@ def _dev(args: argparse.Namespace) -> int:
         from .api.crdgen import all_crds
         from .k8s.crds import apply_crds
 
-        state = environment.up(state_dir, with_cluster=args.cluster)
+        context = Path(args.image_context) if args.node else None
+        state = environment.up(state_dir, with_cluster=args.cluster, node_image_context=context)
         api_client = config.new_client_from_config(str(state.kubeconfig))  # type: ignore[no-untyped-call]
         apply_crds(api_client, all_crds())
         print(f"export KUBECONFIG={state.kubeconfig.resolve()}")
         print(f"export NATS_URL={state.nats_url}")
         print(f"export JETSTREAM_OPERATOR_NATS_URL={state.nats_url}")
+        if state.node_image:
+            repository, tag = state.node_image.rsplit(":", 1)
+            print(
+                f"# {state.node_image} is loaded into the node; install the chart with "
+                f"--set image.repository={repository},image.tag={tag},nats.url={state.nats_url}"
+            )
         return 0
     if args.action == "status":
         report = environment.status(state_dir)
@@ -111,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("action", choices=["up", "down", "status"])
     dev.add_argument("--state-dir", default=str(DEFAULT_DEV_DIR), help="where state is kept")
     dev.add_argument("--cluster", action="store_true", help="also start a 3-node NATS cluster")
+    dev.add_argument(
+        "--node",
+        action="store_true",
+        help="a one-node Kubernetes (kubelet, containerd, scheduler, kube-proxy) with the image "
+        "built from --image-context loaded into it (needs root; installs Debian packages)",
+    )
+    dev.add_argument(
+        "--image-context", default=".", help="the checkout to build the image from (--node)"
+    )
     dev.set_defaults(handler=_dev)
     return parser
 

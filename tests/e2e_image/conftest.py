@@ -1,8 +1,9 @@
 """A real one-node cluster for the image tests, started by the project's own code.
 
-Session-scoped: containerd, kubelet, kube-scheduler, kube-proxy and a control plane serving the
-pod bridge's gateway, the image built from this checkout loaded into containerd, and a NATS that
-pods reach at the same address. Skipped, with the reason, where the container set-up cannot run.
+Module-scoped, since one node runs per machine at a time (`dev up --node` tests follow):
+containerd, kubelet, kube-scheduler, kube-proxy and a control plane serving the pod bridge's
+gateway, the image built from this checkout loaded into containerd, and a NATS that pods reach
+at the same address. Skipped, with the reason, where the container set-up cannot run.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from jetstream_operator.devenv.node import NODE_ADDRESS, Node
 from tests.conftest import register_logs
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def node(
     docker: Docker, operator_image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Node]:
@@ -33,7 +34,7 @@ def node(
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def node_nats(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """NATS on the node's address, so both this machine and the pods reach it."""
     server = NatsServer(tmp_path_factory.mktemp("node-nats"), host=NODE_ADDRESS)

@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from jetstream_operator.devenv.containers import Docker
+from jetstream_operator.devenv.node import NODE_ADDRESS, NODE_NAME, POD_BRIDGE, ctr
 from jetstream_operator.devenv.processes import ProcessRecord
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_servers]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,3 +56,33 @@ def test_dev_up_installs_crds_prints_exports_and_down_leaves_nothing(tmp_path: P
     assert down.returncode == 0, down.stderr
     assert not any(record.is_running() for record in records)
     assert cli("dev", "status", "--state-dir", str(state_dir)).returncode == 1
+
+
+@pytest.mark.node
+def test_dev_up_node_runs_a_ready_node_with_the_image_and_down_leaves_nothing(
+    tmp_path: Path, docker: Docker
+) -> None:
+    """`dev up --node`: a Ready node with the image loaded; `dev down` removes it all."""
+    state_dir = tmp_path / "dev"
+    up = cli("dev", "up", "--node", "--image-context", str(ROOT), "--state-dir", str(state_dir))
+    assert up.returncode == 0, up.stderr
+    try:
+        state = json.loads((state_dir / "state.json").read_text())
+        records = [ProcessRecord.from_dict(item) for item in state["processes"]]
+        names = {record.name for record in records}
+        assert {"containerd", "kubelet", "kube-scheduler", "kube-proxy", "nats-0"} <= names
+        status = cli("dev", "status", "--state-dir", str(state_dir))
+        assert status.returncode == 0, status.stdout
+        assert state["nats_url"].startswith(f"nats://{NODE_ADDRESS}:")
+        api = config.new_client_from_config(state["kubeconfig"])
+        node = client.CoreV1Api(api).read_node(NODE_NAME)
+        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        # In the node's containerd (the kubelet lists it in the Node's status only later).
+        assert "docker.io/library/jetstream-operator:dev" in ctr("images", "list", "--quiet")
+    finally:
+        down = cli("dev", "down", "--state-dir", str(state_dir))
+    assert down.returncode == 0, down.stderr
+    assert not any(record.is_running() for record in records)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    assert POD_BRIDGE not in links.stdout
+    assert str(state_dir) not in Path("/proc/self/mounts").read_text()

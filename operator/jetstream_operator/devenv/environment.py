@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .containers import Docker
 from .controlplane import ControlPlane
 from .natsserver import NatsCluster, NatsServer
-from .paths import file_lock
+from .node import NODE_ADDRESS, NODE_NAME, Node, cleanup_host, remove_containers
+from .paths import LOOPBACK, file_lock
 from .processes import ProcessRecord, http_get, terminate
 
 STATE_FILE = "state.json"
+DEV_IMAGE = "jetstream-operator:dev"
 LOCK_FILE = ".lock"
 
 
@@ -43,6 +46,8 @@ class DevState:
     processes: list[ProcessRecord]
     health_urls: dict[str, str] = field(default_factory=dict)
     started_at: float = 0.0
+    # With a node (`dev up --node`): the image built from the checkout and loaded into it.
+    node_image: str = ""
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -59,6 +64,7 @@ class DevState:
             "processes": [record.to_dict() for record in self.processes],
             "health_urls": self.health_urls,
             "started_at": self.started_at,
+            "node_image": self.node_image,
         }
         return json.dumps(data, indent=2) + "\n"
 
@@ -79,6 +85,7 @@ class DevState:
             processes=[ProcessRecord.from_dict(item) for item in data["processes"]],
             health_urls={str(k): str(v) for k, v in data.get("health_urls", {}).items()},
             started_at=float(data.get("started_at", 0.0)),
+            node_image=str(data.get("node_image", "")),
         )
 
 
@@ -116,6 +123,8 @@ class DevStatus:
             f"  api server: {self.state.api_url}",
             f"  nats:       {self.state.nats_url}",
         ]
+        if self.state.node_image:
+            lines.append(f"  node:       {NODE_NAME}, image {self.state.node_image} loaded")
         for process in self.processes:
             state = "healthy" if process.healthy else ("unhealthy" if process.alive else "dead")
             lines.append(
@@ -131,28 +140,65 @@ def load_state(state_dir: Path) -> DevState | None:
         return None
 
 
-def up(state_dir: Path, *, with_cluster: bool = False, timeout: float = 180.0) -> DevState:
-    """Start (or find already running) a control plane and NATS, detached from this process."""
+def up(
+    state_dir: Path,
+    *,
+    with_cluster: bool = False,
+    node_image_context: Path | None = None,
+    timeout: float = 180.0,
+) -> DevState:
+    """Start (or find already running) a control plane and NATS, detached from this process.
+
+    With `node_image_context` (a checkout with the Dockerfile) it is a one-node cluster instead:
+    Docker set up, the image built from that checkout and loaded into the node, NATS on the
+    node's address so pods reach it.
+    """
+    if with_cluster and node_image_context is not None:
+        raise ValueError("a node's pods reach one NATS on the node's address, not a cluster")
     state_dir = state_dir.resolve()
     with _locked(state_dir):
         existing = load_state(state_dir)
         if existing is not None:
-            if existing.cluster == with_cluster and _status(existing).healthy:
+            same_shape = existing.cluster == with_cluster and bool(existing.node_image) == bool(
+                node_image_context
+            )
+            if same_shape and _status(existing).healthy:
                 return existing
             _stop_recorded(existing)  # half dead or another shape: start over cleanly
         _clear(state_dir)
-        control_plane = ControlPlane(state_dir / "controlplane")
+        docker: Docker | None = None
+        if node_image_context is not None:
+            docker = Docker()
+            plane: ControlPlane | Node = Node(state_dir / "node")
+            nats_host = NODE_ADDRESS
+        else:
+            plane = ControlPlane(state_dir / "controlplane")
+            nats_host = LOOPBACK
         nats: NatsServer | NatsCluster = (
-            NatsCluster(state_dir / "nats") if with_cluster else NatsServer(state_dir / "nats")
+            NatsCluster(state_dir / "nats")
+            if with_cluster
+            else NatsServer(state_dir / "nats", host=nats_host)
         )
         try:
-            control_plane.start(timeout)
+            image = ""
+            if isinstance(plane, Node):
+                assert docker is not None and node_image_context is not None
+                docker.start()
+                docker.ensure_base_image()
+                image = DEV_IMAGE
+                docker.build(node_image_context, image)
+                plane.start(docker, timeout)
+                plane.load_image(docker, image)
+            else:
+                plane.start(timeout)
             nats.start(timeout)
-            state = _state_of(state_dir, control_plane, nats)
+            state = _state_of(state_dir, plane, nats, docker, image)
             _write_atomically(state_dir / STATE_FILE, state.to_json())
         except BaseException:
             nats.stop()
-            control_plane.stop()
+            plane.stop()
+            if docker is not None:
+                docker.stop()
             raise
         return state
 
@@ -179,11 +225,17 @@ def down(state_dir: Path) -> list[str]:
 
 
 def _state_of(
-    state_dir: Path, control_plane: ControlPlane, nats: NatsServer | NatsCluster
+    state_dir: Path,
+    plane: ControlPlane | Node,
+    nats: NatsServer | NatsCluster,
+    docker: Docker | None,
+    image: str,
 ) -> DevState:
     nodes = nats.nodes if isinstance(nats, NatsCluster) else [nats]
-    health_urls = control_plane.health_urls()
+    control_plane = plane.control_plane if isinstance(plane, Node) else plane
+    health_urls = plane.health_urls()
     health_urls.update({node.name: f"{node.monitor_url}/healthz" for node in nodes})
+    engine = [] if docker is None else [record for record in [docker.record()] if record]
     return DevState(
         state_dir=state_dir,
         kubeconfig=control_plane.kubeconfig,
@@ -195,9 +247,10 @@ def _state_of(
         nats_url=nats.url,
         nats_urls=[node.url for node in nodes],
         cluster=isinstance(nats, NatsCluster),
-        processes=control_plane.records() + [node.record() for node in nodes],
+        processes=engine + plane.records() + [node.record() for node in nodes],
         health_urls=health_urls,
         started_at=time.time(),
+        node_image=image,
     )
 
 
@@ -205,8 +258,8 @@ def _status(state: DevState) -> DevStatus:
     processes = []
     for record in state.processes:
         alive = record.is_running()
-        healthy = False
         url = state.health_urls.get(record.name)
+        healthy = alive  # dockerd and containerd answer on unix sockets only: alive is healthy
         if alive and url:
             healthy = (
                 http_get(url, _tls_context(state) if url.startswith("https:") else None)[0] == 200
@@ -225,12 +278,20 @@ def _tls_context(state: DevState) -> ssl.SSLContext | None:
 
 
 def _stop_recorded(state: DevState) -> list[str]:
-    """Clients first (NATS, apiserver), etcd last, each verified before it is signalled."""
+    """Clients first (NATS, node, apiserver), etcd and dockerd last, each verified first.
+
+    A node's containers go while its containerd still runs; its mounts, links and iptables
+    rules once everything is stopped.
+    """
     stopped = []
     for record in reversed(state.processes):
         if record.is_running():
+            if record.name == "containerd":
+                remove_containers()
             terminate(record)
             stopped.append(record.name)
+    if state.node_image:
+        cleanup_host(state.state_dir / "node")
     return stopped
 
 

@@ -115,21 +115,9 @@ class Node:
         """Copy an image from the local Docker into the node's containerd (nothing is pulled)."""
         tarball = docker.save(tag, self.workdir / "image-load.tar")
         try:
-            self.ctr("images", "import", str(tarball), timeout=600)
+            ctr("images", "import", str(tarball), timeout=600)
         finally:
             tarball.unlink(missing_ok=True)
-
-    def ctr(self, *args: str, timeout: float = 120) -> str:
-        result = subprocess.run(
-            ["ctr", f"--address={CONTAINERD_SOCKET}", f"--namespace={CONTAINERD_NAMESPACE}", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"ctr {' '.join(args)} failed: {result.stderr[-2000:]}")
-        return result.stdout
 
     def stop(self) -> None:
         """Stop the node and leave nothing behind: containers, mounts, iptables rules, links."""
@@ -138,10 +126,10 @@ class Node:
             if process is not None:
                 process.stop()
         if "containerd" in self._processes:
-            self._remove_containers()
+            remove_containers()
             self._processes.pop("containerd").stop(timeout=30)
         self.control_plane.stop()
-        self._cleanup_host()
+        cleanup_host(self.workdir)
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -241,7 +229,7 @@ class Node:
 
     def _containerd_answers(self) -> bool:
         try:
-            self.ctr("version", timeout=10)
+            ctr("version", timeout=10)
         except (RuntimeError, subprocess.TimeoutExpired):
             return False
         return True
@@ -343,36 +331,52 @@ class Node:
 
         self._processes["kubelet"].wait_until(ready, timeout, f"node {NODE_NAME} Ready")
 
-    def _remove_containers(self) -> None:
-        """Kill and delete every container of the node, so no shim or mount outlives it."""
-        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-            for task in self.ctr("tasks", "list", "--quiet").split():
-                with contextlib.suppress(RuntimeError):
-                    self.ctr("tasks", "kill", "--signal", "SIGKILL", task)
-            deadline = time.monotonic() + 20
-            while self.ctr("tasks", "list", "--quiet").split() and time.monotonic() < deadline:
-                time.sleep(0.5)
-            for task in self.ctr("tasks", "list", "--quiet").split():
-                with contextlib.suppress(RuntimeError):
-                    self.ctr("tasks", "delete", "--force", task)
-            containers = self.ctr("containers", "list", "--quiet").split()
-            if containers:
-                with contextlib.suppress(RuntimeError):
-                    self.ctr("containers", "delete", *containers)
 
-    def _cleanup_host(self) -> None:
-        """Unmount what the node mounted, drop its network namespaces, links and iptables rules."""
-        roots = (str(self.workdir), str(CONTAINERD_DIR), "/run/netns/cni-")
-        for mount_point in sorted(_mount_points(), key=len, reverse=True):
-            if mount_point.startswith(roots):
-                subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
-        for netns in Path("/run/netns").glob("cni-*"):
-            subprocess.run(["ip", "netns", "delete", netns.name], capture_output=True, check=False)
-        # The API server bound to its address is stopped by now.
-        subprocess.run(["ip", "link", "delete", POD_BRIDGE], capture_output=True, check=False)
-        proxy = ensure_tools(["kube-proxy"])["kube-proxy"]
-        subprocess.run([str(proxy), "--cleanup"], capture_output=True, timeout=60, check=False)
-        _remove_kube_chains()
+def ctr(*args: str, timeout: float = 120) -> str:
+    """`ctr` against the node's containerd, in the namespace the CRI plugin uses."""
+    result = subprocess.run(
+        ["ctr", f"--address={CONTAINERD_SOCKET}", f"--namespace={CONTAINERD_NAMESPACE}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"ctr {' '.join(args)} failed: {result.stderr[-2000:]}")
+    return result.stdout
+
+
+def remove_containers() -> None:
+    """Kill and delete every container of the node, so no shim or mount outlives it."""
+    with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+        for task in ctr("tasks", "list", "--quiet").split():
+            with contextlib.suppress(RuntimeError):
+                ctr("tasks", "kill", "--signal", "SIGKILL", task)
+        deadline = time.monotonic() + 20
+        while ctr("tasks", "list", "--quiet").split() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for task in ctr("tasks", "list", "--quiet").split():
+            with contextlib.suppress(RuntimeError):
+                ctr("tasks", "delete", "--force", task)
+        containers = ctr("containers", "list", "--quiet").split()
+        if containers:
+            with contextlib.suppress(RuntimeError):
+                ctr("containers", "delete", *containers)
+
+
+def cleanup_host(workdir: Path) -> None:
+    """Unmount what the node mounted, drop its network namespaces, links and iptables rules."""
+    roots = (str(workdir), str(CONTAINERD_DIR), "/run/netns/cni-")
+    for mount_point in sorted(_mount_points(), key=len, reverse=True):
+        if mount_point.startswith(roots):
+            subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
+    for netns in Path("/run/netns").glob("cni-*"):
+        subprocess.run(["ip", "netns", "delete", netns.name], capture_output=True, check=False)
+    # The API server bound to its address is stopped by now.
+    subprocess.run(["ip", "link", "delete", POD_BRIDGE], capture_output=True, check=False)
+    proxy = ensure_tools(["kube-proxy"])["kube-proxy"]
+    subprocess.run([str(proxy), "--cleanup"], capture_output=True, timeout=60, check=False)
+    _remove_kube_chains()
 
 
 def make_node_address() -> None:
