@@ -253,7 +253,7 @@ def test_consumer_names_the_server_would_refuse_are_invalid(name: str) -> None:
         {"sampleFreq": "150%"},
         {"sampleFreq": "half"},
         {"deliverSubject": "deliver.*"},
-        {"priorityGroups": ["a", "b"]},
+        {"priorityGroups": [f"g{n}" for n in range(17)]},
         {"priorityGroups": ["has space"]},
         {"ackWait": "1 second"},
         {"ackPolicy": "manual"},

@@ -91,6 +91,26 @@ Duration = Annotated[
 """A Go duration string on the wire ("24h"), nanoseconds in Python and on the server."""
 
 
+NO_CRD_DEFAULT = "x-jetstream-operator-no-default"
+"""Schema marker: the CRD states no default for this field, so the API server leaves it unset."""
+
+
+def left_unset_in_crd() -> dict[str, JsonValue]:
+    """For fields whose absence means something: an immutable field left out follows the
+    object that exists in NATS (one adopted from NACK) instead of the operator's default."""
+    return {NO_CRD_DEFAULT: True}
+
+
 def cel(rule: str, message: str) -> JsonValue:
     """A CEL validation rule for `x-kubernetes-validations`, checked by the API server."""
     return {"rule": rule, "message": message}
+
+
+def cel_on(field: str) -> str:
+    """CEL: a boolean field present and true (absent reads as false)."""
+    return f"(has(self.{field}) && self.{field})"
+
+
+def cel_is(field: str, value: str) -> str:
+    """CEL: a string field present with this value."""
+    return f"(has(self.{field}) && self.{field} == '{value}')"

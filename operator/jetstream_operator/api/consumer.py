@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field, JsonValue, WithJsonSchema
 
-from .base import GO_DURATION_PATTERN, Duration, ResourceModel, cel
+from .base import GO_DURATION_PATTERN, Duration, ResourceModel, cel, cel_is, cel_on
 from .status import OperatorStatus
 from .stream import StreamName, Subject
 
@@ -66,12 +66,7 @@ def _set(field: str) -> str:
     return f"(has(self.{field}) && self.{field} != 0)"
 
 
-def _on(field: str) -> str:
-    return f"(has(self.{field}) && self.{field})"
-
-
-def _policy(field: str, value: str) -> str:
-    return f"(has(self.{field}) && self.{field} == '{value}')"
+_on, _policy = cel_on, cel_is
 
 
 _PUSH = "has(self.deliverSubject)"
@@ -170,7 +165,7 @@ SPEC_RULES: list[JsonValue] = [
     cel(
         f"{_PRIORITY} == {_HAS_GROUPS}",
         "spec.priorityPolicy and spec.priorityGroups go together: a policy other than none "
-        "needs one group, and a group needs a policy",
+        "needs at least one group, and groups need a policy",
     ),
     cel(
         f"!has(self.pinnedTtl) || {_policy('priorityPolicy', 'pinned_client')}",
@@ -269,10 +264,10 @@ class ConsumerSpec(ResourceModel):
     """How pull requests of a priority group are served (pull only, server 2.11+)."""
     pinned_ttl: BoundedDuration | None = None
     """Idle time before another client is pinned (default 2m); priorityPolicy pinned_client."""
-    priority_groups: Annotated[list[PriorityGroup], Field(max_length=1)] = Field(
+    priority_groups: Annotated[list[PriorityGroup], Field(max_length=16)] = Field(
         default_factory=list
     )
-    """The priority group (the server allows one), with a priorityPolicy other than none."""
+    """Priority groups (one or more, distinct), with a priorityPolicy other than none."""
     deletion_policy: Literal["Delete", "Retain"] | None = None
     """On deleting the resource: Delete the consumer (default) or Retain it."""
     prevent_delete: bool = False

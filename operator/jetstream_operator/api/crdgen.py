@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from .base import NO_CRD_DEFAULT
 from .kinds import ALL_KINDS, ResourceKind
 
 JsonSchema = dict[str, Any]
@@ -55,8 +56,8 @@ def structural_schema(model_schema: JsonSchema) -> JsonSchema:
                 result[key] = True
             else:
                 result[key] = resolve(value)
-        if result.get("default", ...) is None:
-            result.pop("default")
+        if result.get("default", ...) is None or result.pop(NO_CRD_DEFAULT, False):
+            result.pop("default", None)
         return result
 
     schema = resolve({k: v for k, v in model_schema.items() if k != "$defs"})

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field, JsonValue
 
-from .base import Duration, ResourceModel, cel
+from .base import Duration, ResourceModel, cel, cel_is, cel_on, left_unset_in_crd
 from .status import OperatorStatus
 
 STREAM_NAME_PATTERN = r"^[^.*>\s]+$"
@@ -105,11 +105,15 @@ STREAM_RULES: list[JsonValue] = [
         "(renaming would orphan the old stream)",
     ),
     cel(
-        "self.storage == oldSelf.storage",
+        # Left out, storage follows the stream in NATS; written later, it must be what was
+        # there: the old value, or file (the default of a stream this operator created).
+        "!has(self.storage) || self.storage == (has(oldSelf.storage) ? oldSelf.storage : 'file')",
         "spec.storage cannot change on an existing stream: create a new stream and move the data",
     ),
     cel(
-        "(self.retention == 'workqueue') == (oldSelf.retention == 'workqueue')",
+        "!has(self.retention) || "
+        "(self.retention == 'workqueue') == (has(oldSelf.retention) && "
+        "oldSelf.retention == 'workqueue')",
         "spec.retention cannot change to or from workqueue; only limits <-> interest is allowed",
     ),
     cel(
@@ -126,12 +130,55 @@ STREAM_RULES: list[JsonValue] = [
         _never_turned_off("allowMsgSchedules"),
         "spec.allowMsgSchedules cannot be turned off once on",
     ),
-    cel(_unchanged("allowMsgCounter"), "spec.allowMsgCounter cannot change after creation"),
+    cel(
+        "!has(self.allowMsgCounter) || "
+        "self.allowMsgCounter == (has(oldSelf.allowMsgCounter) && oldSelf.allowMsgCounter)",
+        "spec.allowMsgCounter cannot change after creation",
+    ),
     cel(_unchanged("persistMode"), "spec.persistMode cannot change after creation"),
     cel(
         _unchanged("connectionRef"),
         "spec.connectionRef is immutable: the stream would be left behind on the old system; "
         "create a new Stream resource for the other connection",
+    ),
+]
+
+
+_on, _is = cel_on, cel_is
+_MIRROR = "has(self.mirror)"
+_SOURCES = "(has(self.sources) && size(self.sources) > 0)"
+
+# Combinations the server refuses whatever else the spec says (checkStreamCfg), refused here
+# with what to write instead; see docs/server-rewrites.md.
+SERVER_RULES: list[JsonValue] = [
+    cel(
+        f"!({_on('denyPurge')} && {_on('allowRollup')})",
+        "spec.allowRollup needs the purge permission: remove spec.denyPurge or spec.allowRollup",
+    ),
+    cel(
+        f"!{_on('allowMsgSchedules')} || !({_on('denyPurge')} || {_is('discard', 'new')} || "
+        f"{_MIRROR} || {_SOURCES})",
+        "spec.allowMsgSchedules needs rollups (the server turns allowRollup on, which needs the "
+        "purge permission) and discard: old, and cannot go with a mirror or sources: remove "
+        "spec.denyPurge, discard: new, spec.mirror or spec.sources, or allowMsgSchedules",
+    ),
+    cel(
+        f"!{_on('allowMsgCounter')} || !({_is('discard', 'new')} || {_on('allowMsgTtl')} || "
+        f"{_on('allowMsgSchedules')} || {_MIRROR} || "
+        "(has(self.retention) && self.retention != 'limits'))",
+        "spec.allowMsgCounter needs retention: limits and discard: old, and cannot go with "
+        "allowMsgTtl, allowMsgSchedules or a mirror: remove those, or allowMsgCounter",
+    ),
+    cel(
+        f"!{_MIRROR} || !({_on('allowAtomicPublish')} || has(self.subjectDeleteMarkerTtl) || "
+        "(has(self.firstSequence) && self.firstSequence > 0))",
+        "a mirror copies its origin's sequence: spec.allowAtomicPublish, "
+        "subjectDeleteMarkerTtl and firstSequence do not apply to it; remove them",
+    ),
+    cel(
+        f"!{_is('persistMode', 'async')} || !({_is('storage', 'memory')} || "
+        f"(has(self.replicas) && self.replicas > 1) || {_on('allowAtomicPublish')})",
+        "persistMode: async needs file storage, replicas: 1 and no allowAtomicPublish",
     ),
 ]
 
@@ -166,7 +213,7 @@ class StreamSpec(ResourceModel):
 
     model_config = ConfigDict(
         **ResourceModel.model_config,
-        json_schema_extra={"x-kubernetes-validations": [*STREAM_RULES, *SPEC_RULES]},
+        json_schema_extra={"x-kubernetes-validations": [*STREAM_RULES, *SPEC_RULES, *SERVER_RULES]},
     )
 
     name: StreamName
@@ -175,10 +222,14 @@ class StreamSpec(ResourceModel):
     """Free text shown by `nats stream info`."""
     subjects: Annotated[list[Subject], Field(max_length=1000)] = Field(default_factory=list)
     """Subjects the stream captures; wildcards allowed. Empty: the stream's own name."""
-    retention: Literal["limits", "interest", "workqueue"] = "limits"
-    """When messages go: at the limits, once all interested consumers acked, or at first ack."""
-    storage: Literal["file", "memory"] = "file"
-    """Where messages are kept. Cannot be changed after creation."""
+    retention: Literal["limits", "interest", "workqueue"] = Field(
+        "limits", json_schema_extra=left_unset_in_crd()
+    )
+    """When messages go: at the limits, once all interested consumers acked, or at first ack.
+    Unset: limits, or workqueue when the existing stream has it."""
+    storage: Literal["file", "memory"] = Field("file", json_schema_extra=left_unset_in_crd())
+    """Where messages are kept. Cannot be changed after creation. Unset: file for a new stream,
+    whatever an existing (adopted) stream has."""
     replicas: Annotated[int, Field(ge=1, le=5)] = 1
     """Copies kept in a clustered JetStream (1 to 5)."""
     max_consumers: Limit = -1
@@ -198,7 +249,8 @@ class StreamSpec(ResourceModel):
     discard_per_subject: bool = False
     """Apply discard: new per subject (needs maxMsgsPerSubject > 0)."""
     duplicate_window: Duration | None = None
-    """How long message ids are remembered to drop duplicates; the server's default is 2m."""
+    """How long message ids are remembered to drop duplicates. Unset: the server's default (2m,
+    or maxAge when shorter; a mirror keeps none, sources take the server's choice)."""
     no_ack: bool = False
     """Do not acknowledge publishes."""
     placement: Placement | None = None
@@ -216,7 +268,9 @@ class StreamSpec(ResourceModel):
     republish: Republish | None = None
     """Republish stored messages to another subject."""
     sealed: bool = False
-    """Seal the stream: no more messages, deletes or purges. Cannot be undone."""
+    """Seal the stream: no more messages, deletes or purges. Cannot be undone. The server then
+    stores maxAge 0, discard new, denyDelete, denyPurge and no rollups; a new stream is created
+    open and sealed right after."""
     deny_delete: bool = False
     """Refuse deleting single messages. Cannot be turned off."""
     deny_purge: bool = False
@@ -226,17 +280,19 @@ class StreamSpec(ResourceModel):
     allow_direct: bool = False
     """Allow direct get of messages, answered by any replica."""
     mirror_direct: bool = False
-    """Let a mirror answer direct gets for its origin."""
+    """Let a mirror answer direct gets for its origin (the server copies the origin's
+    allowDirect when it can see the origin)."""
     allow_msg_ttl: bool = False
     """Allow per-message TTLs (Nats-TTL header, server 2.11+). Cannot be turned off."""
     subject_delete_marker_ttl: Duration | None = None
     """Leave a delete marker for this long when limits remove a subject's last message (2.11+)."""
-    allow_msg_counter: bool = False
-    """Make the stream a distributed counter (server 2.12+). Set only at creation."""
+    allow_msg_counter: bool = Field(False, json_schema_extra=left_unset_in_crd())
+    """Make the stream a distributed counter (server 2.12+). Set only at creation. Unset:
+    whatever an existing stream has."""
     allow_atomic_publish: bool = False
     """Allow atomic batch publishes (server 2.12+)."""
     allow_msg_schedules: bool = False
-    """Allow scheduled messages (server 2.12+). Cannot be turned off."""
+    """Allow scheduled messages (server 2.12+; turns allowRollup on). Cannot be turned off."""
     persist_mode: Literal["default", "async"] | None = None
     """File store write mode (server 2.12+): default (synced) or async. Set only at creation."""
     consumer_limits: ConsumerLimits | None = None

@@ -49,6 +49,15 @@ _CONNECTION_TROUBLE = (
 )
 
 
+def pedantic_stream(config: ServerConfig) -> dict[str, Any]:
+    """A stream create/update request in pedantic mode (2.11+; older servers ignore the flag):
+    the server refuses what it would otherwise silently rewrite, and the refusal is reported.
+
+    Not for a mirror: the server copies mirror_direct from the origin, and pedantic refuses
+    any mirror whose origin allows direct get (docs/server-rewrites.md)."""
+    return {**config, "pedantic": not config.get("mirror")}
+
+
 class JetStreamError(Exception):
     """An error answered by the JetStream API, with the server's own code and words."""
 
@@ -120,10 +129,10 @@ class JetStreamApi:
             raise
 
     async def create_stream(self, config: ServerConfig) -> dict[str, Any]:
-        return await self.request(f"STREAM.CREATE.{config['name']}", config)
+        return await self.request(f"STREAM.CREATE.{config['name']}", pedantic_stream(config))
 
     async def update_stream(self, config: ServerConfig) -> dict[str, Any]:
-        return await self.request(f"STREAM.UPDATE.{config['name']}", config)
+        return await self.request(f"STREAM.UPDATE.{config['name']}", pedantic_stream(config))
 
     async def delete_stream(self, name: str) -> bool:
         """Delete a stream; False when it was already gone."""
@@ -164,7 +173,7 @@ class JetStreamApi:
     async def create_consumer(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create or update (by the body's `action`) a named consumer."""
         name = body["config"]["name"]
-        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", body)
+        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", {**body, "pedantic": True})
 
     async def pause_consumer(self, stream: str, consumer: str, body: dict[str, Any]) -> None:
         await self.request(f"CONSUMER.PAUSE.{stream}.{consumer}", body)

@@ -67,11 +67,13 @@ def _positive_limit(limits: Mapping[str, Any] | None, key: str) -> int:
 
 def default_ack_wait(spec: ConsumerSpec) -> int:
     """The ack wait the server ends up with: a backoff's first entry always wins (the server
-    overwrites ackWait with it); otherwise 30s for acked consumers and 0 for ackPolicy none."""
+    overwrites ackWait with it); otherwise 30s for acked consumers and 0 for ackPolicy none,
+    also when ackWait is "0"."""
     if spec.backoff:
         return spec.backoff[0]
-    if spec.ack_wait is not None:
+    if spec.ack_wait:
         return spec.ack_wait
+    # ackWait "0" means the default: the server stores 30s for it (setConsumerConfigDefaults).
     return DEFAULT_ACK_WAIT_NS if spec.ack_policy != "none" else 0
 
 

@@ -19,6 +19,7 @@ from .stream_config import FieldDifference, ServerConfig, owner_difference
 from .stream_plan import InSync, UpdatesPrevented, may_delete, release_request
 
 __all__ = [
+    "AdoptionRefused",
     "ConsumerAction",
     "CreateConsumer",
     "ImmutableChangeRefused",
@@ -113,13 +114,28 @@ class ImmutableChangeRefused:
     fields: list[str]
     reason: str = "ImmutableFieldChanged"
 
+    def names(self) -> str:
+        return ", ".join(f"spec.{name}" for name in self.fields)
+
     def message(self) -> str:
-        names = ", ".join(f"spec.{name}" for name in self.fields)
         return (
-            f"{names} differ from consumer {self.consumer!r} in NATS, and the server cannot "
+            f"{self.names()} differ from consumer {self.consumer!r} in NATS, and the server cannot "
             "change them in place: make the spec match again, or set "
             "spec.recreateOnImmutableChange: true to delete and recreate the consumer (it then "
             "loses its position and unacknowledged messages)"
+        )
+
+
+@dataclass(frozen=True)
+class AdoptionRefused(ImmutableChangeRefused):
+    """An unowned consumer (one NACK made, say) differs in fields the server cannot change:
+    adopting it would mean recreating someone else's consumer, so the spec must match first."""
+
+    def message(self) -> str:
+        return (
+            f"consumer {self.consumer!r} exists in NATS with other {self.names()} than the spec, "
+            "and the server cannot change them in place; it is not adopted. Write its current "
+            "values into the spec (NACK's CRD defaulted ackPolicy to none) to adopt it."
         )
 
 
@@ -197,6 +213,9 @@ def plan_consumer(
         return UpdatesPrevented(differences)
     immutable = immutable_changes(desired, actual)
     if immutable:
+        if adoptable:
+            # Never delete a consumer we do not own yet, whatever recreateOnImmutableChange says.
+            return AdoptionRefused(spec.durable_name, immutable)
         if spec.recreate_on_immutable_change:
             return RecreateConsumer(stream, desired, immutable)
         return ImmutableChangeRefused(spec.durable_name, immutable)

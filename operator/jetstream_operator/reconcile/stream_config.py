@@ -69,9 +69,65 @@ def _source(source: StreamSource) -> dict[str, Any]:
     return config
 
 
+def copies_streams(spec: StreamSpec) -> bool:
+    """A mirror or a stream with sources: the server picks some of its settings itself."""
+    return spec.mirror is not None or bool(spec.sources)
+
+
+def server_chosen_fields(spec: StreamSpec) -> frozenset[str]:
+    """Fields whose value the server decides from outside the spec, so they are not compared.
+
+    - duplicate_window of a mirror or sourcing stream left unset: the server keeps 0 for a
+      mirror and for sources picks 2m (2.12) or 0 (2.14); both are its defaults, not drift.
+    - mirror_direct of a mirror: the server copies the origin's allow_direct whatever is sent.
+    """
+    chosen: set[str] = set()
+    if copies_streams(spec) and spec.duplicate_window is None:
+        chosen.add("duplicate_window")
+    if spec.mirror is not None:
+        chosen.add("mirror_direct")
+    return frozenset(chosen)
+
+
+def _duplicate_window(spec: StreamSpec) -> int:
+    """The window to send. Unset on a mirror or sourcing stream, 0 lets the server choose
+    (server_chosen_fields), except that 2.12 would then pick 2m and, pedantic, refuse it as
+    longer than a maxAge under 2m: maxAge is what it would settle on, so that is sent."""
+    if spec.duplicate_window is not None:
+        return spec.duplicate_window
+    max_age = spec.max_age or 0
+    if spec.mirror is not None:
+        return 0
+    if spec.sources:
+        return max_age if max_age < DEFAULT_DUPLICATE_WINDOW_NS else 0
+    return default_duplicate_window(max_age)
+
+
+def _sealed_shape(config: ServerConfig) -> ServerConfig:
+    """What the server stores when it seals a stream (configUpdateCheck): no age limit,
+    discard new, deletes and purges denied, no rollups. Sealing is one-way, so this shape is
+    the desired state from then on."""
+    return {
+        **config,
+        "max_age": 0,
+        "discard": "new",
+        "deny_delete": True,
+        "deny_purge": True,
+        "allow_rollup_hdrs": False,
+    }
+
+
 def desired_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
-    """The complete config the server should hold for this spec (JetStream API JSON)."""
-    captures_own_name = spec.mirror is None and not spec.sources
+    """The complete config the server should hold for this spec (JetStream API JSON), with the
+    server's own rewrites applied (docs/server-rewrites.md) so a stream in sync shows no
+    difference."""
+    if spec.sealed:
+        return _sealed_shape(_open_stream_config(spec, owner))
+    return _open_stream_config(spec, owner)
+
+
+def _open_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
+    captures_own_name = not copies_streams(spec)
     config: ServerConfig = {
         "name": spec.name,
         "description": spec.description or "",
@@ -89,11 +145,7 @@ def desired_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
         "max_msgs_per_subject": _limit(spec.max_msgs_per_subject),
         "discard": spec.discard,
         "discard_new_per_subject": spec.discard_per_subject,
-        "duplicate_window": (
-            spec.duplicate_window
-            if spec.duplicate_window is not None
-            else default_duplicate_window(spec.max_age or 0)
-        ),
+        "duplicate_window": _duplicate_window(spec),
         "no_ack": spec.no_ack,
         "placement": (
             {"cluster": spec.placement.cluster or "", "tags": list(spec.placement.tags)}
@@ -118,7 +170,8 @@ def desired_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
         "sealed": spec.sealed,
         "deny_delete": spec.deny_delete,
         "deny_purge": spec.deny_purge,
-        "allow_rollup_hdrs": spec.allow_rollup,
+        # Message schedules need rollups: the server turns them on (checkStreamCfg).
+        "allow_rollup_hdrs": spec.allow_rollup or spec.allow_msg_schedules,
         "allow_direct": spec.allow_direct,
         "mirror_direct": spec.mirror_direct,
         "allow_msg_ttl": spec.allow_msg_ttl,
@@ -180,10 +233,13 @@ def _user_metadata(value: Any) -> dict[str, str]:
     }
 
 
-def config_differences(desired: ServerConfig, actual: ServerConfig) -> list[FieldDifference]:
-    """Fields where the server's config departs from the desired one; empty when in sync."""
+def config_differences(
+    desired: ServerConfig, actual: ServerConfig, ignore: frozenset[str] = frozenset()
+) -> list[FieldDifference]:
+    """Fields where the server's config departs from the desired one; empty when in sync.
+    `ignore` names fields the server chooses itself (server_chosen_fields)."""
     differences: list[FieldDifference] = []
-    for key in sorted(set(desired) - CREATE_ONLY_FIELDS):
+    for key in sorted(set(desired) - CREATE_ONLY_FIELDS - ignore):
         want, have = desired[key], actual.get(key)
         if key == "metadata":
             want, have = _user_metadata(want), _user_metadata(have)

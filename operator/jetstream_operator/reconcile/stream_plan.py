@@ -13,8 +13,18 @@ from .stream_config import (
     config_differences,
     desired_stream_config,
     owner_difference,
+    server_chosen_fields,
     without_create_only,
 )
+
+# Spec fields the server never changes in place -> the server field holding them. Left out of a
+# spec, they follow the stream that exists (one adopted from NACK, whose CRD defaults storage to
+# memory), instead of asking for a change the user never wrote and the server refuses.
+_IMMUTABLE_FOLLOWED: dict[str, str] = {
+    "storage": "storage",
+    "persist_mode": "persist_mode",
+    "allow_msg_counter": "allow_msg_counter",
+}
 
 
 @dataclass(frozen=True)
@@ -66,17 +76,40 @@ class OwnedElsewhere:
 StreamAction = CreateStream | UpdateStream | InSync | OwnedElsewhere | UpdatesPrevented
 
 
+def following_server(spec: StreamSpec, actual: ServerConfig) -> StreamSpec:
+    """The spec with the immutable fields it leaves out taken from the existing stream.
+
+    Retention follows only to or from workqueue (the change the server refuses); limits <->
+    interest stays the spec's default, so drift there is still repaired."""
+    update: dict[str, Any] = {
+        field: actual[key]
+        for field, key in _IMMUTABLE_FOLLOWED.items()
+        if field not in spec.model_fields_set and actual.get(key) not in (None, "")
+    }
+    retention = actual.get("retention")
+    if "retention" not in spec.model_fields_set and "workqueue" in (retention, spec.retention):
+        update["retention"] = retention
+    if not update:
+        return spec
+    return spec.model_copy(update=update)
+
+
 def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> StreamAction:
     """What must happen next for the server to match the spec (one request at a time)."""
-    desired = desired_stream_config(spec, owner)
     if info is None:
-        return CreateStream(desired)
+        # The server refuses to create a sealed stream: create it open, seal it next.
+        return CreateStream(desired_stream_config(spec.model_copy(update={"sealed": False}), owner))
     actual: ServerConfig = info.get("config") or {}
+    spec = following_server(spec, actual)
+    desired = desired_stream_config(spec, owner)
     current_owner = recorded_owner(actual)
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
         return OwnedElsewhere(spec.name, current_owner)
-    differences = [*config_differences(desired, actual), *owner_difference(owner, current_owner)]
+    differences = [
+        *config_differences(desired, actual, server_chosen_fields(spec)),
+        *owner_difference(owner, current_owner),
+    ]
     if not differences:
         return InSync()
     if spec.prevent_update and not adoptable:
