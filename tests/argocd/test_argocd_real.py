@@ -249,3 +249,71 @@ async def test_pruned_streams_follow_their_deletion_policy(
     await eventually(gone, timeout=60)
     assert await jetstream.stream_info(deleted) is None
     assert await jetstream.stream_info(retained) is not None
+
+
+def test_the_chart_with_peering_as_a_plain_manifest(
+    argocd: ArgoCD,
+    git_repo: GitRepo,
+    applications: Applications,
+    api_client: client.ApiClient,
+    namespace: str,
+    nats_server: Any,
+) -> None:
+    """The chart from Git, rendered by Argo CD with `helm template` (no `lookup`), with two
+    replicas and peering.helmHook=false: the ClusterKopfPeering is applied once, after its CRD,
+    and a second sync leaves it alone. No kubelet runs here, so the Deployment itself stays
+    Progressing; what is checked is what Argo CD applies."""
+    app_name = namespace[:53]
+    body = application(argocd, git_repo, "charts/jetstream-operator", namespace)
+    body["spec"]["source"]["helm"] = {
+        "valuesObject": {
+            "replicaCount": 2,
+            "peering": {"helmHook": False},
+            "crds": {"enabled": False},  # the suite's CRDs; the Application must not own them
+            "nats": {"url": nats_server.url},
+        }
+    }
+    revision = git_repo.git("rev-parse", "HEAD")
+    applications.create(body)
+
+    def synced_any_health(app: dict[str, Any]) -> bool:
+        status = app.get("status", {})
+        return (
+            status.get("sync", {}).get("status") == "Synced"
+            and status.get("operationState", {}).get("phase") == "Succeeded"
+        )
+
+    app = applications.wait(app_name, synced_any_health, "Synced", timeout=180)
+    assert app["status"]["sync"]["revision"] == revision
+    applied = app["status"]["operationState"]["syncResult"]["resources"]
+    peerings_applied = [r for r in applied if r["kind"] == "ClusterKopfPeering"]
+    assert len(peerings_applied) == 1, applied
+    peering = peerings_applied[0]
+    assert "hookType" not in peering and peering["status"] == "Synced", peering
+    roles = {r["name"] for r in applied if r["kind"] == "ClusterRole"}
+    assert {name for name in roles if name.endswith(("-view", "-edit"))}, roles
+    peerings = client.CustomObjectsApi(api_client)
+    name = peering["name"]
+    uid = peerings.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)[
+        "metadata"
+    ]["uid"]
+
+    # A second sync (as `argocd app sync` starts one) and a refresh change nothing.
+    started = app["status"]["operationState"]["startedAt"]
+    time.sleep(1)  # startedAt has whole seconds
+    applications.patch(
+        app_name,
+        {"operation": {"initiatedBy": {"username": "test"}, "sync": {"revision": revision}}},
+    )
+    app = applications.wait(
+        app_name,
+        lambda app: (
+            app["status"].get("operationState", {}).get("startedAt", "") > started
+            and synced_any_health(app)
+        ),
+        "synced again",
+    )
+    applications.refresh(app_name)
+    assert applications.get(app_name)["status"]["sync"]["status"] == "Synced"
+    again = peerings.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+    assert again["metadata"]["uid"] == uid
