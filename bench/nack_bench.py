@@ -86,7 +86,9 @@ class Nack:
     flags: set[str] = field(default_factory=set)
 
     @classmethod
-    def inspect(cls, binary: Path, crds: Path) -> Nack:
+    def inspect(cls, binary: Path, crds: Path, version: str | None = None) -> Nack:
+        """Version from the binary's build info unless given (a build from a source archive
+        says `(devel)`)."""
         nack = cls(binary, crds)
         if shutil.which("go"):
             info = subprocess.run(
@@ -105,6 +107,7 @@ class Nack:
             [str(binary), "-h"], capture_output=True, text=True, check=False, timeout=30
         )
         nack.flags = set(re.findall(r"^\s+-([\w.-]+)", usage.stderr + usage.stdout, re.M))
+        nack.version = version or nack.version
         return nack
 
     def argv(self, kubeconfig: Path, nats_url: str, mode: str, workdir: Path) -> list[str]:
@@ -443,7 +446,7 @@ def run_all(binary: Path, crds: Path | None, sizes: list[int], args: argparse.Na
         raise SystemExit(f"NACK's controller is not an executable at {binary}")
     if crds is None or not crds.expanduser().is_file():
         raise SystemExit(f"NACK's CRDs are not at {crds}: pass --nack-crds (deploy/crds.yml)")
-    nack = Nack.inspect(binary, crds.expanduser())
+    nack = Nack.inspect(binary, crds.expanduser(), getattr(args, "nack_version", None))
     modes = list(getattr(args, "nack_modes", None) or MODES)
     if "control-loop" not in nack.flags:
         modes = [mode for mode in modes if mode != "control-loop"]
@@ -474,6 +477,7 @@ def main() -> int:
     parser.add_argument("--modes", dest="nack_modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--nack-bin", type=Path, default=os.environ.get("NACK_BIN"))
     parser.add_argument("--nack-crds", type=Path, default=os.environ.get("NACK_CRDS"))
+    parser.add_argument("--nack-version", help="label for the tables, e.g. v0.22.4-9-gf6dad09")
     parser.add_argument("--settle", type=float, default=45)
     parser.add_argument("--idle-seconds", type=float, default=120)
     parser.add_argument("--nack-drift-samples", type=int, default=20)

@@ -826,9 +826,9 @@ async def publish(url: str, prefix: str, streams: int, seconds: float, rate: flo
 
 
 def heap(size: int, top: int = 15, frames: int = 16) -> dict[str, Any]:
-    """The operator run under tracemalloc (bench/heapprobe/sitecustomize.py): its Python heap
-    by owner before N Streams and N Consumers are applied and after they are Ready, so the
-    difference is what the resources cost, and whose code holds it."""
+    """The operator with bench/heapprobe/sitecustomize.py: tracemalloc started after the
+    warm-up, its Python heap by owner then and once N Streams and N Consumers are Ready (and
+    10 s settled), so the difference is what the resources cost, and whose code holds it."""
     with tempfile.TemporaryDirectory(prefix=f"jso-heap-{size}-") as directory:
         out = Path(directory) / "heap.json"
         bench = Bench(Path(directory))
@@ -850,15 +850,19 @@ def heap(size: int, top: int = 15, frames: int = 16) -> dict[str, Any]:
                     "PYTHONPATH": os.pathsep.join(
                         [str(HEAP_PROBE), os.environ.get("PYTHONPATH", "")]
                     ),
-                    "PYTHONTRACEMALLOC": str(frames),
+                    "JSO_HEAP_PROBE_FRAMES": str(frames),
                     "JSO_HEAP_PROBE_OUT": str(out),
-                },
-                timeout=600,  # tracing every allocation slows start-up several times
+                }
             )
             before: dict[str, Any] = {}
-            row = convergence(
-                bench, size, 10, [f"heap-{size}"], before_apply=lambda: before.update(dump(1))
-            )
+
+            def start_tracing() -> None:
+                assert bench.operator.pid is not None
+                os.kill(bench.operator.pid, signal.SIGUSR1)
+                time.sleep(1)
+                before.update(dump(1))
+
+            row = convergence(bench, size, 10, [f"heap-{size}"], before_apply=start_tracing)
             after = dump(2)
         finally:
             bench.stop()
@@ -1085,6 +1089,7 @@ def main() -> int:
     parser.add_argument("--nack-bin", type=Path, default=os.environ.get("NACK_BIN"))
     parser.add_argument("--nack-crds", type=Path, default=os.environ.get("NACK_CRDS"))
     parser.add_argument("--nack-sizes", type=int, nargs="+", help="default: --sizes")
+    parser.add_argument("--nack-version", help="label for the tables, e.g. v0.22.4-9-gf6dad09")
     parser.add_argument("--nack-modes", nargs="+", default=["legacy", "control-loop"])
     parser.add_argument("--nack-drift-samples", type=int, default=20)
     parser.add_argument("--nack-drift-timeout", type=float, default=90)
@@ -1096,6 +1101,13 @@ def main() -> int:
     deadline_guard(args.deadline)
     rows = [run_size(size, args) for size in args.sizes]
     extras: dict[str, Any] = {}
+    if args.nack_bin:  # right after ours, so the comparison shares the machine's conditions
+        import nack_bench  # imports this module: only needed with NACK
+
+        extras["nack"] = nack_bench.run_all(
+            args.nack_bin, args.nack_crds, args.nack_sizes or args.sizes, args
+        )
+        print(extras["nack"], flush=True)
     if args.busy:
         extras["busy"] = busy(args.busy, args.busy_seconds, args.busy_rate)
         print(json.dumps(extras["busy"]), flush=True)
@@ -1104,12 +1116,6 @@ def main() -> int:
     if args.heap_size:
         extras["heap"] = heap(args.heap_size)
         print(json.dumps(extras["heap"]), flush=True)
-    if args.nack_bin:
-        import nack_bench  # imports this module: only needed with NACK
-
-        extras["nack"] = nack_bench.run_all(
-            args.nack_bin, args.nack_crds, args.nack_sizes or args.sizes, args
-        )
     text = report(rows, extras, args)
     print(text)
     RESULTS.mkdir(exist_ok=True)

@@ -1,8 +1,10 @@
 """Heap probe for operator_bench.py --heap-size: on PYTHONPATH it is imported by every Python
 process at start-up, so the operator runs unchanged while its heap can be inspected.
 
-With JSO_HEAP_PROBE_OUT set (and PYTHONTRACEMALLOC=<frames>, so allocations are traced from the
-start), each SIGUSR2 writes the traced heap by package and by file as JSON to <path>.<n>.
+With JSO_HEAP_PROBE_OUT set, SIGUSR1 starts tracemalloc (JSO_HEAP_PROBE_FRAMES frames a trace)
+and each SIGUSR2 writes the traced heap by package and by file as JSON to <path>.<n>. Tracing
+from start-up would make imports take minutes; started later, the trace holds what was allocated
+since, which is what the benchmark wants (the cost of the resources applied after it).
 """
 
 from __future__ import annotations
@@ -73,5 +75,10 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
     os.replace(path + ".tmp", path)
 
 
-if os.environ.get("JSO_HEAP_PROBE_OUT") and tracemalloc.is_tracing():
+def _start(_signum: int, _frame: FrameType | None) -> None:
+    tracemalloc.start(int(os.environ.get("JSO_HEAP_PROBE_FRAMES", "16")))
+
+
+if os.environ.get("JSO_HEAP_PROBE_OUT"):
+    signal.signal(signal.SIGUSR1, _start)
     signal.signal(signal.SIGUSR2, _dump)
