@@ -1,0 +1,218 @@
+"""The chart's whole life on the project's own node, with the image built from this checkout.
+
+Two replicas with kopf peering are installed; a Stream and a Consumer become Ready through them;
+deleting the active pod hands over to the standby; an upgrade to a new image tag and a CRD with
+a new optional field keeps every resource Ready; `helm uninstall` and deleting the namespaces
+leave nothing behind but the CRDs the chart keeps on purpose (`crds.keep`).
+
+Only on the node this suite starts: it changes CRDs and deletes namespaces, which an existing
+cluster named by JETSTREAM_OPERATOR_E2E_* must not suffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from jetstream_operator import GROUP, VERSION
+from jetstream_operator.devenv.containers import Docker
+from jetstream_operator.devenv.gobuild import ensure_tools
+from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_operator.devenv.node import Node, ctr
+from tests.delivery.helpers import CHART, Helm, new_client
+from tests.e2e_image.test_image_in_cluster import consumer_exists, stream_exists
+from tests.support.targets import existing_target
+
+pytestmark = pytest.mark.node
+
+RELEASE = "jso-life"
+UPGRADED_TAG = "test-upgrade"
+NEW_FIELD = "e2eNote"
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(2)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+
+
+@pytest.fixture(scope="module")
+def own_node(request: pytest.FixtureRequest) -> Node:
+    if existing_target() is not None:
+        pytest.skip("changes CRDs and deletes namespaces: runs only on the suite's own node")
+    node: Node = request.getfixturevalue("node")
+    return node
+
+
+def chart_with_new_crd_field(destination: Path) -> Path:
+    """A copy of the chart whose Stream CRD has one more optional field (a later chart)."""
+    chart = destination / "jetstream-operator"
+    shutil.copytree(CHART, chart)
+    crd_file = chart / "files" / "crds" / "streams.jetstream-operator.io.yaml"
+    crd = yaml.safe_load(crd_file.read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"][NEW_FIELD] = {"type": "string", "description": "added by a later chart"}
+    crd_file.write_text(yaml.safe_dump(crd, sort_keys=False))
+    return chart
+
+
+def test_install_failover_upgrade_uninstall(
+    own_node: Node,
+    node_nats: NatsServer,
+    docker: Docker,
+    operator_image: str,
+    tmp_path: Path,
+) -> None:
+    kubeconfig = own_node.control_plane.kubeconfig
+    helm = Helm(ensure_tools(["helm"])["helm"], tmp_path / "helm")
+    api = new_client(kubeconfig)
+    core = client.CoreV1Api(api)
+    objects = client.CustomObjectsApi(api)
+    watched = f"jso-life-{uuid.uuid4().hex[:6]}"
+    system = f"{watched}-system"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=watched)))
+    repository, tag = operator_image.rsplit(":", 1)
+    common = [
+        "--namespace",
+        system,
+        "--wait",
+        "--timeout",
+        "5m",
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"nats.url={node_nats.url}",
+        "--set",
+        f"watchNamespaces={{{watched}}}",
+        "--set",
+        "replicaCount=2",
+    ]
+
+    def helm_ok(*args: str | Path) -> None:
+        result = helm(*args, kubeconfig=kubeconfig)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def ready(plural: str, name: str) -> bool:
+        item: dict[str, Any] = objects.get_namespaced_custom_object(
+            GROUP, VERSION, watched, plural, name
+        )
+        conditions = (item.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    def create_stream(name: str) -> str:
+        stream = f"LIFE_{name.upper()}_{watched[-6:].upper()}"
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Stream",
+            "metadata": {"name": name},
+            "spec": {"name": stream, "subjects": [f"{stream.lower()}.>"]},
+        }
+        objects.create_namespaced_custom_object(GROUP, VERSION, watched, "streams", body)
+        wait_for(lambda: ready("streams", name), 180, f"Stream {name} Ready")
+        return stream
+
+    def operator_pods() -> list[client.V1Pod]:
+        pods = core.list_namespaced_pod(system).items
+        return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
+
+    # Install: two replicas with peering.
+    helm_ok("install", RELEASE, CHART, "--create-namespace", "--set", f"image.tag={tag}", *common)
+    assert len(operator_pods()) == 2
+    orders = create_stream("orders")
+    consumer = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Consumer",
+        "metadata": {"name": "worker"},
+        "spec": {"durableName": "WORKER", "streamRef": "orders"},
+    }
+    objects.create_namespaced_custom_object(GROUP, VERSION, watched, "consumers", consumer)
+    wait_for(lambda: ready("consumers", "worker"), 180, "Consumer worker Ready")
+    assert asyncio.run(consumer_exists(node_nats.url, orders, "WORKER"))
+
+    # Failover: the active pod (kopf's highest priority peer) goes; the standby takes over.
+    peering = wait_for(lambda: active_peer(objects, operator_pods()), 60, "an active peer")
+    core.delete_namespaced_pod(peering, system)
+    wait_for(lambda: peering not in {p.metadata.name for p in operator_pods()}, 120, "pod gone")
+    create_stream("after-failover")
+
+    # Upgrade: a new image tag and a CRD with a new optional field; everything stays Ready.
+    docker.cli("tag", operator_image, f"{repository}:{UPGRADED_TAG}")
+    own_node.load_image(docker, f"{repository}:{UPGRADED_TAG}")
+    upgraded = chart_with_new_crd_field(tmp_path)
+    helm_ok("upgrade", RELEASE, upgraded, "--set", f"image.tag={UPGRADED_TAG}", *common)
+    images = {c.image for pod in operator_pods() for c in pod.spec.containers}
+    assert images == {f"{repository}:{UPGRADED_TAG}"}
+    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(f"streams.{GROUP}")
+    schema = crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"]
+    assert NEW_FIELD in schema.properties
+    create_stream("after-upgrade")
+    for plural, name in (
+        ("streams", "orders"),
+        ("streams", "after-failover"),
+        ("consumers", "worker"),
+    ):
+        assert ready(plural, name), f"{plural}/{name} not Ready after the upgrade"
+
+    # Uninstall: resources first (their finalizers need the operator), then the release and
+    # the namespaces; the namespace controller really removes them.
+    for plural in ("consumers", "streams"):
+        objects.delete_collection_namespaced_custom_object(GROUP, VERSION, watched, plural)
+        wait_for(
+            lambda plural=plural: (
+                not objects.list_namespaced_custom_object(GROUP, VERSION, watched, plural)["items"]
+            ),
+            120,
+            f"{plural} deleted through their finalizers",
+        )
+    assert not asyncio.run(stream_exists(node_nats.url, orders))
+    helm_ok("uninstall", RELEASE, "--namespace", system, "--wait")
+    for namespace in (watched, system):
+        core.delete_namespace(namespace)
+    wait_for(
+        lambda: not {watched, system} & {ns.metadata.name for ns in core.list_namespace().items},
+        180,
+        f"namespaces {watched} and {system} removed",
+    )
+    assert leftovers(api) == []
+    # The node ran nothing of the release any more: only containers of other pods may remain.
+    wait_for(lambda: not ctr("tasks", "list", "--quiet").split(), 120, "no container left")
+
+
+def active_peer(objects: client.CustomObjectsApi, pods: list[client.V1Pod]) -> str | None:
+    """The pod holding the highest priority in the ClusterKopfPeering, once both took part."""
+    peerings = objects.list_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings")
+    names = {pod.metadata.name for pod in pods}
+    best: tuple[int, str] | None = None
+    for peering in peerings["items"]:
+        for peer_id, info in (peering.get("status") or {}).items():
+            pod = next((name for name in names if name in peer_id), None)
+            if pod is not None and isinstance(info, dict):
+                candidate = (int(info.get("priority", 0)), pod)
+                best = candidate if best is None or candidate > best else best
+    return best[1] if best is not None else None
+
+
+def leftovers(api: client.ApiClient) -> list[str]:
+    """Cluster-scoped objects of the release still present (CRDs are kept on purpose)."""
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    rbac = client.RbacAuthorizationV1Api(api)
+    found = [f"clusterrole/{r.metadata.name}" for r in rbac.list_cluster_role(
+        label_selector=selector).items]  # fmt: skip
+    found += [
+        f"clusterrolebinding/{b.metadata.name}"
+        for b in rbac.list_cluster_role_binding(label_selector=selector).items
+    ]
+    return found
