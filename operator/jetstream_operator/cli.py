@@ -1,4 +1,5 @@
-"""The `jetstream-operator` command: run the operator, print the CRDs, manage a dev environment."""
+"""The `jetstream-operator` command: run the operator, print the CRDs, manage a dev environment,
+export what exists."""
 
 from __future__ import annotations
 
@@ -97,6 +98,12 @@ def _dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from .export.command import run_export
+
+    return run_export(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jetstream-operator", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -128,6 +135,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-context", default=".", help="the checkout to build the image from (--node)"
     )
     dev.set_defaults(handler=_dev)
+
+    export = commands.add_parser(
+        "export",
+        help="write Stream and Consumer manifests adopting what a NATS account holds, or "
+        "convert NACK manifests (--from-nack)",
+    )
+    export.add_argument("--server", help="NATS URLs (default: JETSTREAM_OPERATOR_NATS_URL)")
+    export.add_argument(
+        "--connection", metavar="NS/NAME", help="read through this NatsConnection (kubeconfig)"
+    )
+    export.add_argument("--namespace", help="metadata.namespace of the manifests")
+    export.add_argument("--match", default="*", help="only streams whose name matches this glob")
+    export.add_argument("--output-dir", help="one file per object here (default: YAML on stdout)")
+    export.add_argument(
+        "--from-nack", metavar="FILE|DIR|-", help="convert NACK Stream and Consumer manifests"
+    )
+    export.add_argument(
+        "--strict", action="store_true", help="exit 1 when anything could not be converted"
+    )
+    export.set_defaults(handler=_export)
     return parser
 
 

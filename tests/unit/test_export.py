@@ -1,0 +1,352 @@
+"""Export and NACK conversion as pure logic: server configs and NACK manifests in, manifests out.
+
+The server configs here are shaped as nats-server 2.12 answers STREAM.INFO / CONSUMER.INFO (every
+default filled in, `_nats.*` metadata); the integration tests run the same against a real server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from jetstream_operator.cli import main
+from jetstream_operator.export.kinds import CONSUMERS, STREAMS
+from jetstream_operator.export.manifests import (
+    NameBook,
+    StreamWithConsumers,
+    export_account,
+    kubernetes_name,
+)
+from jetstream_operator.export.nack import convert_documents
+
+SERVER_METADATA = {"_nats.req.level": "0", "_nats.ver": "2.12.1", "_nats.level": "1"}
+
+
+def server_stream(name: str, **changes: Any) -> dict[str, Any]:
+    """A stream config as the server reports one created with nothing but a name."""
+    config: dict[str, Any] = {
+        "name": name,
+        "subjects": [name],
+        "retention": "limits",
+        "max_consumers": -1,
+        "max_msgs": -1,
+        "max_bytes": -1,
+        "max_age": 0,
+        "max_msgs_per_subject": -1,
+        "max_msg_size": -1,
+        "discard": "old",
+        "storage": "file",
+        "num_replicas": 1,
+        "duplicate_window": 120_000_000_000,
+        "compression": "none",
+        "allow_direct": False,
+        "mirror_direct": False,
+        "sealed": False,
+        "deny_delete": False,
+        "deny_purge": False,
+        "allow_rollup_hdrs": False,
+        "consumer_limits": {},
+        "metadata": dict(SERVER_METADATA),
+    }
+    config.update(changes)
+    return config
+
+
+def server_consumer(name: str, **changes: Any) -> dict[str, Any]:
+    """A pull consumer config as the server reports one created with a durable name only."""
+    config: dict[str, Any] = {
+        "durable_name": name,
+        "name": name,
+        "deliver_policy": "all",
+        "ack_policy": "explicit",
+        "ack_wait": 30_000_000_000,
+        "max_deliver": -1,
+        "replay_policy": "instant",
+        "max_waiting": 512,
+        "max_ack_pending": 1000,
+        "num_replicas": 0,
+        "metadata": dict(SERVER_METADATA),
+    }
+    config.update(changes)
+    return config
+
+
+def test_names_are_kubernetes_names_and_unique() -> None:
+    assert kubernetes_name("ORDERS_v2") == "orders-v2"
+    assert kubernetes_name("__") == "x"
+    assert len(kubernetes_name("A" * 300)) == 253
+    book = NameBook()
+    first, second, third = (book.claim(n, n) for n in ("Orders", "ORDERS", "orders_"))
+    assert first == "orders"
+    assert len({first, second, third}) == 3
+    assert all(name.startswith("orders-") for name in (second, third))
+
+
+def test_a_default_stream_exports_only_its_name() -> None:
+    exported = STREAMS.export(server_stream("ORDERS"))
+    assert exported.body() == {"name": "ORDERS"}
+    assert exported.unexpressed == []
+
+
+def test_a_stream_exports_what_differs_from_our_defaults() -> None:
+    config = server_stream(
+        "ORDERS",
+        subjects=["orders.>"],
+        storage="memory",
+        retention="workqueue",
+        max_age=3_600_000_000_000,
+        # The server's choice for maxAge 1h is 2m; 30s was asked for.
+        duplicate_window=30_000_000_000,
+        max_msgs_per_subject=5,
+        discard="new",
+        discard_new_per_subject=True,
+        allow_msg_ttl=True,
+        allow_rollup_hdrs=True,
+        subject_delete_marker_ttl=60_000_000_000,
+        republish={"src": ">", "dest": "copy.>", "headers_only": True},
+        consumer_limits={"max_ack_pending": 50},
+        metadata={**SERVER_METADATA, "team": "a", "jetstream-operator.io/owner": "x/y/z"},
+    )
+    exported = STREAMS.export(config)
+    assert exported.body() == {
+        "name": "ORDERS",
+        "subjects": ["orders.>"],
+        "retention": "workqueue",
+        "storage": "memory",
+        "maxAge": "1h",
+        "maxMsgsPerSubject": 5,
+        "discard": "new",
+        "discardPerSubject": True,
+        "duplicateWindow": "30s",
+        "republish": {"destination": "copy.>", "headersOnly": True},
+        "allowRollup": True,
+        "allowMsgTtl": True,
+        "subjectDeleteMarkerTtl": "1m",
+        "consumerLimits": {"maxAckPending": 50},
+        "metadata": {"team": "a"},
+    }
+    assert exported.unexpressed == []
+
+
+def test_a_short_max_age_takes_the_window_along() -> None:
+    # maxAge 30s: the server picks a 30s window, which is our default too.
+    config = server_stream("S", max_age=30_000_000_000, duplicate_window=30_000_000_000)
+    assert STREAMS.export(config).body() == {"name": "S", "maxAge": "30s"}
+
+
+def test_a_mirror_leaves_out_what_the_server_chooses() -> None:
+    config = server_stream(
+        "M",
+        subjects=[],
+        duplicate_window=0,
+        mirror={"name": "ORDERS", "filter_subject": "orders.eu.>", "opt_start_seq": 10},
+        mirror_direct=True,
+    )
+    exported = STREAMS.export(config)
+    assert exported.body() == {
+        "name": "M",
+        "mirror": {"name": "ORDERS", "optStartSeq": 10, "filterSubject": "orders.eu.>"},
+    }
+    assert exported.unexpressed == []
+
+
+def test_a_default_consumer_exports_only_its_name() -> None:
+    exported = CONSUMERS.export(server_consumer("C"), {"stream": "S"})
+    assert exported.body() == {"durableName": "C"}
+    assert exported.unexpressed == []
+
+
+def test_a_consumer_exports_what_differs_taking_stream_limits_into_account() -> None:
+    config = server_consumer(
+        "C",
+        ack_policy="none",
+        ack_wait=1,
+        deliver_policy="by_start_sequence",
+        opt_start_seq=7,
+        filter_subjects=["a.>", "b.>"],
+        max_ack_pending=50,
+        inactive_threshold=0,
+        deliver_subject="push.c",
+        max_waiting=0,
+        idle_heartbeat=5_000_000_000,
+        flow_control=True,
+    )
+    exported = CONSUMERS.export(config, {"stream": "S", "stream_limits": {"max_ack_pending": 50}})
+    assert exported.body() == {
+        "durableName": "C",
+        "deliverPolicy": "byStartSequence",
+        "optStartSeq": 7,
+        "ackPolicy": "none",
+        "ackWait": "1ns",
+        "filterSubjects": ["a.>", "b.>"],
+        "deliverSubject": "push.c",
+        "flowControl": True,
+        "heartbeatInterval": "5s",
+    }
+    assert exported.unexpressed == []
+
+
+def test_a_pinned_consumer_keeps_its_ttl_only_when_not_the_default() -> None:
+    config = server_consumer(
+        "P", priority_policy="pinned_client", priority_groups=["g"], priority_timeout=120 * 10**9
+    )
+    body = CONSUMERS.export(config, {"stream": "S"}).body()
+    assert body == {"durableName": "P", "priorityPolicy": "pinned_client", "priorityGroups": ["g"]}
+    config["priority_timeout"] = 10 * 10**9
+    assert CONSUMERS.export(config, {"stream": "S"}).body()["pinnedTtl"] == "10s"
+
+
+def test_export_account_skips_what_it_cannot_or_must_not_adopt() -> None:
+    owned = server_stream("OWNED", metadata={"jetstream-operator.io/owner": "ns/owned/uid"})
+    streams = [
+        StreamWithConsumers(
+            {"config": server_stream("Orders_EU", consumer_limits={"max_ack_pending": 10})},
+            [
+                {"name": "Worker", "config": server_consumer("Worker", max_ack_pending=10)},
+                {"name": "eph", "config": {**server_consumer("eph"), "durable_name": ""}},
+            ],
+        ),
+        StreamWithConsumers({"config": server_stream("KV_settings")}),
+        StreamWithConsumers({"config": server_stream("OBJ_files")}),
+        StreamWithConsumers({"config": owned}),
+    ]
+    result = export_account(streams, namespace="apps", connection_ref="hub")
+    assert [(m["kind"], m["metadata"]["name"]) for m in result.manifests] == [
+        ("Stream", "orders-eu"),
+        ("Consumer", "orders-eu-worker"),
+    ]
+    stream, consumer = result.manifests
+    assert stream["metadata"]["namespace"] == "apps"
+    assert stream["spec"] == {
+        "name": "Orders_EU",
+        "consumerLimits": {"maxAckPending": 10},
+        "adoption": "IfUnowned",
+        "connectionRef": "hub",
+    }
+    assert consumer["spec"] == {
+        "durableName": "Worker",
+        "adoption": "IfUnowned",
+        "connectionRef": "hub",
+        "streamRef": "orders-eu",
+    }
+    notes = "\n".join(result.notes)
+    assert "KV_settings: it is a KeyValue bucket" in notes
+    assert "OBJ_files: it is an ObjectStore" in notes
+    assert "OWNED: it is already managed by ns/owned" in notes
+    assert "Orders_EU/eph: it is ephemeral" in notes
+
+
+NACK_STREAM = {
+    "apiVersion": "jetstream.nats.io/v1beta2",
+    "kind": "Stream",
+    "metadata": {
+        "name": "orders",
+        "namespace": "apps",
+        "labels": {"team": "a"},
+        "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+    },
+    # As stored by the API server with NACK's CRD defaults filled in, storage left out.
+    "spec": {
+        "name": "ORDERS",
+        "subjects": ["orders.*"],
+        "retention": "limits",
+        "maxConsumers": -1,
+        "maxMsgs": -1,
+        "maxBytes": -1,
+        "maxAge": "",
+        "maxMsgsPerSubject": 0,
+        "discard": "old",
+        "compression": "",
+        "firstSequence": 0,
+        "replicas": 1,
+        "servers": ["nats://nats:4222"],
+        "creds": "",
+        "preventDelete": False,
+    },
+}
+NACK_CONSUMER = {
+    "apiVersion": "jetstream.nats.io/v1beta2",
+    "kind": "Consumer",
+    "metadata": {"name": "worker"},
+    "spec": {"durableName": "worker", "streamName": "ORDERS", "priorityPolicy": ""},
+}
+NACK_KV = {
+    "apiVersion": "jetstream.nats.io/v1beta2",
+    "kind": "KeyValue",
+    "metadata": {"name": "settings"},
+    "spec": {"bucket": "settings"},
+}
+
+
+def test_nack_defaults_are_made_explicit() -> None:
+    conversion = convert_documents([NACK_STREAM, NACK_CONSUMER])
+    stream, consumer = conversion.manifests
+    assert stream["apiVersion"] == "jetstream-operator.io/v1alpha1"
+    assert stream["metadata"] == {"name": "orders", "namespace": "apps", "labels": {"team": "a"}}
+    assert stream["spec"] == {
+        "name": "ORDERS",
+        "subjects": ["orders.*"],
+        "retention": "limits",
+        "maxConsumers": -1,
+        "maxMsgs": -1,
+        "maxBytes": -1,
+        "discard": "old",
+        "replicas": 1,
+        "preventDelete": False,
+        "storage": "memory",
+        "adoption": "IfUnowned",
+    }
+    assert consumer["spec"] == {
+        "durableName": "worker",
+        "streamName": "ORDERS",
+        "ackPolicy": "none",
+        "ackWait": "1ns",
+        "adoption": "IfUnowned",
+    }
+    notes = "\n".join(conversion.notes)
+    assert "Stream apps/orders: spec.servers left out" in notes
+    assert "spec.storage: memory written out" in notes
+    assert conversion.refused == []
+
+
+def test_nack_values_that_are_set_are_kept() -> None:
+    stream = {**NACK_STREAM, "spec": {**NACK_STREAM["spec"], "storage": "file"}}  # type: ignore[dict-item]
+    consumer = {
+        **NACK_CONSUMER,
+        "spec": {**NACK_CONSUMER["spec"], "ackPolicy": "explicit", "ackWait": "30s"},  # type: ignore[dict-item]
+    }
+    converted = convert_documents([{"kind": "List", "items": [stream, consumer]}]).manifests
+    assert converted[0]["spec"]["storage"] == "file"
+    assert converted[1]["spec"]["ackPolicy"] == "explicit"
+    assert converted[1]["spec"]["ackWait"] == "30s"
+
+
+def test_nack_kinds_without_a_counterpart_are_refused_by_name() -> None:
+    invalid = {**NACK_CONSUMER, "spec": {"durableName": "a.b", "streamName": "S"}}
+    conversion = convert_documents([NACK_KV, invalid, {"apiVersion": "v1", "kind": "Secret"}])
+    assert conversion.manifests == []
+    assert conversion.refused[0] == (
+        "KeyValue settings: not convertible yet (only Stream and Consumer are)"
+    )
+    assert "Consumer worker: its spec is not valid here" in conversion.refused[1]
+    assert "ignored Secret" in conversion.notes[0]
+
+
+def test_from_nack_command_writes_files_and_fails_only_when_strict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "nack"
+    source.mkdir()
+    (source / "all.yaml").write_text(yaml.safe_dump_all([NACK_STREAM, NACK_CONSUMER, NACK_KV]))
+    assert main(["export", "--from-nack", str(source)]) == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in documents] == ["Stream", "Consumer"]
+    out = tmp_path / "out"
+    assert main(["export", "--from-nack", str(source), "--output-dir", str(out), "--strict"]) == 1
+    captured = capsys.readouterr()
+    assert "not converted: KeyValue settings" in captured.err
+    assert sorted(p.name for p in out.iterdir()) == ["consumer-worker.yaml", "stream-orders.yaml"]
+    assert yaml.safe_load((out / "stream-orders.yaml").read_text())["spec"]["storage"] == "memory"
