@@ -456,10 +456,17 @@ async def _check_connection(memo: kopf.Memo, spec: kopf.Spec, namespace: str, na
     if target is not None:
         for secret in connection_handlers.secret_names(spec):
             await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
-    if memo.directory.remember((namespace, name), target):
+    await _switch_connection(memo, (namespace, name), target)
+    return result
+
+
+async def _switch_connection(
+    memo: kopf.Memo, key: tuple[str, str], target: ConnectionTarget | None
+) -> None:
+    """Record a connection's target (None: gone); watchers and pooled connections follow."""
+    if memo.directory.remember(key, target):
         memo.watchers.sync(memo.directory.known())
         await memo.pool.retain(memo.directory.known().values())
-    return result
 
 
 async def _release_secrets(
@@ -564,9 +571,7 @@ async def finalize_connection(
             retry=True,
         )
     else:
-        if memo.directory.remember((namespace, name), None):
-            memo.watchers.sync(memo.directory.known())
-            await memo.pool.retain(memo.directory.known().values())
+        await _switch_connection(memo, (namespace, name), None)
         await _release_secrets(
             memo, namespace, connection_handlers.secret_names(spec), leaving=name
         )
