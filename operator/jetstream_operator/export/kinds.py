@@ -189,6 +189,7 @@ class StreamMapping(KindMapping[StreamSpec]):
                 "mirror": _source(config["mirror"]) if config.get("mirror") else None,
                 "sources": [_source(source) for source in config.get("sources") or []],
                 "compression": config.get("compression"),
+                "first_sequence": config.get("first_seq") or None,
                 "subject_transform": _transform(config.get("subject_transform")),
                 "republish": (
                     {
