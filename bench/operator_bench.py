@@ -174,6 +174,9 @@ class ObjectWatch:
         self.ready: set[str] = set()
         self.last_ready = 0.0
         self.changes: Counter[str] = Counter()
+        self.fields: Counter[str] = Counter()
+        """Which status keys (or `metadata`) the counted modifications changed."""
+        self._seen: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.last_change = 0.0
         self.restarts = 0
         self.error: str | None = None
@@ -192,6 +195,7 @@ class ObjectWatch:
     def count_from(self) -> None:
         """Count modifications from now on (and forget earlier ones)."""
         self.changes.clear()
+        self.fields.clear()
         self.last_change = 0.0
         self._counting = True
 
@@ -210,6 +214,8 @@ class ObjectWatch:
 
     def _follow(self) -> None:
         listing = cast(dict[str, Any], self._list())
+        for item in listing["items"]:
+            self._remember(item["metadata"]["name"], item, False)
         self._update(
             {item["metadata"]["name"] for item in listing["items"] if is_ready(item)}, None
         )
@@ -223,16 +229,41 @@ class ObjectWatch:
                     raise RuntimeError(f"watch error: {event['raw_object']}")
                 item = event["object"]
                 version = item["metadata"]["resourceVersion"]
+                name = item["metadata"]["name"]
+                seen = self._remember(name, item, event["type"] == "DELETED")
                 if event["type"] == "MODIFIED" and self._counting:
                     self.changes[self._kind_of(item)] += 1
+                    self.fields.update(seen)
                     self.last_change = time.monotonic()
-                name = item["metadata"]["name"]
                 if event["type"] != "DELETED" and is_ready(item):
                     self._update({name}, None)
                 else:
                     self._update(set(), name)
                 if self._stop.is_set():
                     return
+
+    def _remember(self, name: str, item: dict[str, Any], gone: bool) -> set[str]:
+        """Keeps the object's status and metadata (without resourceVersion and managedFields);
+        returns the status keys that differ from the last seen, `metadata` if it changed."""
+        status = dict(item.get("status") or {})
+        metadata = {
+            k: v
+            for k, v in item["metadata"].items()
+            if k not in ("resourceVersion", "managedFields", "generation")
+        }
+        before_status, before_metadata = self._seen.get(name, ({}, metadata))
+        if gone:
+            self._seen.pop(name, None)
+        else:
+            self._seen[name] = (status, metadata)
+        changed = {
+            f"{self._kind_of(item)}: status.{key}"
+            for key in set(status) | set(before_status)
+            if status.get(key) != before_status.get(key)
+        }
+        if metadata != before_metadata:
+            changed.add(f"{self._kind_of(item)}: metadata")
+        return changed
 
     def _update(self, ready: set[str], gone: str | None) -> None:
         before = len(self.ready)
@@ -548,6 +579,7 @@ def convergence(
         "writes_converging": dict(writes_at_ready - writes_before),
         "status_incomplete": incomplete,
         "late_changes": sum(sum(each.changes.values()) for each in watches),
+        "late_fields": dict(sum((each.fields for each in watches), Counter())),
         "last_write_after_ready": (last_change - last_ready) if last_change else 0.0,
         "late_writes": dict(late),
         "watch_restarts": sum(each.restarts for each in watches),
@@ -638,10 +670,13 @@ def idle_cost(
     operations_after = bench.operator_requests()
     per_minute = 60.0 / seconds
     kinds: Counter[str] = Counter()
+    fields: Counter[str] = Counter()
     for each in watches:
         kinds.update(each.changes)
+        fields.update(each.fields)
     return {
         "seconds": seconds,
+        "changed_fields": dict(fields),
         "k8s_writes_per_min": foreground(writes) * per_minute,
         "k8s_writes": breakdown(writes, per_minute),
         "kind_changes": {kind: n * per_minute for kind, n in kinds.items()},
@@ -748,10 +783,13 @@ def restart(bench: Bench, watches: list[ObjectWatch], seconds: float) -> dict[st
     writes = bench.writes() - writes_before
     last = max((each.last_change for each in watches), default=0.0)
     kinds: Counter[str] = Counter()
+    fields: Counter[str] = Counter()
     for each in watches:
         kinds.update(each.changes)
+        fields.update(each.fields)
     return {
         "seconds": seconds,
+        "changed_fields": dict(fields),
         "healthy_s": healthy,
         "status_changes": dict(kinds),
         "writes": breakdown(Counter({k: n for k, n in writes.items() if n})),
@@ -976,7 +1014,8 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
     lines += [
         f"- N={row['size']} ({row.get('label', 'operator')}), writes while converging: "
         f"{breakdown(Counter(row['writes_converging']))} "
-        f"({foreground(Counter(row['writes_converging'])) / (2 * row['size']):.2f} per resource)"
+        f"({foreground(Counter(row['writes_converging'])) / (2 * row['size']):.2f} per resource); "
+        f"fields changed after the last Ready: {breakdown(Counter(row['late_fields']))}"
         for row in rows
     ]
     return lines
@@ -995,9 +1034,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             f"- Kubernetes writes/min (not counting leases): {idle['k8s_writes_per_min']:.1f}; "
             f"all by verb and resource: {idle['k8s_writes']}",
             "- status changes/min by kind: "
-            + (
-                ", ".join(f"{k} {v:.1f}" for k, v in sorted(idle["kind_changes"].items())) or "none"
-            ),
+            + (", ".join(f"{k} {v:.1f}" for k, v in sorted(idle["kind_changes"].items())) or "none")
+            + f"; fields changed: {breakdown(Counter(idle['changed_fields']))}",
             f"- JetStream API requests (audit advisories) per {RESYNC_INTERVAL:.0f} s resync: "
             f"{idle['nats_per_resync']:.1f} (N/256 = {idle_row['size'] / 256:.1f}); "
             f"by request: {idle['nats_requests']}",
@@ -1020,7 +1058,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             f"Restart with everything in place: healthy after {again['healthy_s']:.1f} s; "
             f"in the next {again['seconds']:.0f} s, status changes "
             f"{again['status_changes'] or 'none'}, writes {again['writes']}, "
-            f"last write {again['last_write_s']:.1f} s after start",
+            f"last write {again['last_write_s']:.1f} s after start; fields changed: "
+            f"{breakdown(Counter(again['changed_fields']))}",
         ]
     if "busy" in extras:
         b = extras["busy"]
