@@ -69,6 +69,7 @@ def chart_with_new_crd_field(destination: Path) -> Path:
     return chart
 
 
+@pytest.mark.timeout(900)  # about 150 s alone; a loaded CI machine may take several times that
 def test_install_failover_upgrade_uninstall(
     own_node: Node,
     node_nats: NatsServer,

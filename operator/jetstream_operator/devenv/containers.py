@@ -11,6 +11,7 @@ The Dockerfile then builds unchanged, as a user builds it.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TextIO
 
 from .paths import cache_root, file_lock
 from .processes import ManagedProcess, ProcessRecord
@@ -93,6 +95,7 @@ class Docker:
         self.data_root = cache_root() / "docker"
         self.log_file = cache_root() / "docker" / "dockerd.log"
         self._process: ManagedProcess | None = None
+        self._users: TextIO | None = None
 
     @property
     def host(self) -> str:
@@ -125,10 +128,17 @@ class Docker:
 
     def start(self, timeout: float = 120.0) -> None:
         """Install the packages if needed and start dockerd unless one already answers."""
+        if os.geteuid() != 0:
+            raise EngineUnavailable("dockerd, containerd and the node's network need root")
         ensure_packages()
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        if self._users is None:
+            # Every user holds this shared; whoever started the daemon stops it only once it
+            # is the last (two test sessions on one machine share one dockerd).
+            self._users = (RUN_DIR / "docker.users").open("a")
+            fcntl.flock(self._users, fcntl.LOCK_SH)
         if self.answering():
             return
-        RUN_DIR.mkdir(parents=True, exist_ok=True)
         self.data_root.mkdir(parents=True, exist_ok=True)
         self._process = ManagedProcess(
             "dockerd",
@@ -148,8 +158,24 @@ class Docker:
         self._process.start()
         self._process.wait_until(self.answering, timeout, "an answering docker socket")
 
-    def stop(self) -> None:
-        if self._process is not None:
+    def stop(self, wait_for_others: float = 1800.0) -> None:
+        """Stop the daemon if we started it, once no other user holds it (or after a while)."""
+        users, self._users = self._users, None
+        if users is None:
+            return
+        with users:
+            fcntl.flock(users, fcntl.LOCK_UN)
+            if self._process is None:
+                return
+            deadline = time.monotonic() + wait_for_others
+            while True:
+                try:
+                    fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(1)
             self._process.stop(timeout=30)
             self._process = None
 
