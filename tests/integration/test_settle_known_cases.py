@@ -107,6 +107,7 @@ async def test_known_cases_settle_and_stay_quiet(
     cases = {
         "schedules": ("SETTLE_SCHED", {"allowMsgSchedules": True}),
         "sealed-on-create": ("SETTLE_SEALED", {"sealed": True, "maxAge": "1h"}),
+        "sealed-schedules": ("SETTLE_SEALED_SCHED", {"sealed": True, "allowMsgSchedules": True}),
         "to-seal": ("SETTLE_TO_SEAL", {"maxAge": "1h", "allowRollup": True}),
         "mirror": ("SETTLE_MIRROR", {"mirror": {"name": "SETTLE_ORIGIN"}}),
         "sources": ("SETTLE_SOURCES", {"sources": [{"name": "SETTLE_ORIGIN"}], "maxAge": "30s"}),
@@ -132,7 +133,7 @@ async def test_known_cases_settle_and_stay_quiet(
 
     scheduled = await server_config(nc, "SETTLE_SCHED")
     assert scheduled["allow_msg_schedules"] and scheduled["allow_rollup_hdrs"]
-    for sealed_name in ("SETTLE_SEALED", "SETTLE_TO_SEAL"):
+    for sealed_name in ("SETTLE_SEALED", "SETTLE_TO_SEAL", "SETTLE_SEALED_SCHED"):
         sealed = await server_config(nc, sealed_name)
         assert sealed["sealed"] and sealed["deny_delete"] and sealed["deny_purge"]
         assert sealed["discard"] == "new" and not sealed.get("max_age")

@@ -102,10 +102,20 @@ def test_sealing_an_existing_stream_asks_for_the_sealed_shape() -> None:
     sealed_spec = stream(maxAge="1h", allowRollup=True, discard="old", sealed=True)
     action = plan_stream(sealed_spec, OWNER, {"config": stored})
     assert isinstance(action, UpdateStream)
-    assert action.config["sealed"] and action.config["deny_delete"]
-    assert not action.config["allow_rollup_hdrs"]
+    # The open config with sealed: true; the server applies the sealed shape itself.
+    assert action.config["sealed"] and not action.config["deny_delete"]
+    assert action.config["allow_rollup_hdrs"] and action.config["max_age"] == 3600 * SECOND
+    assert {"max_age", "discard", "deny_delete", "sealed"} <= set(action.summary().split(", "))
     after = server_stores(action.config, stored)
     assert isinstance(plan_stream(sealed_spec, OWNER, {"config": after}), InSync)
+
+
+def test_a_sealed_stream_with_message_schedules_settles() -> None:
+    """Schedules need rollups in the request (pedantic), the sealed shape has none."""
+    actions, stored = settle(stream(allowMsgSchedules=True, sealed=True))
+    assert stored["sealed"] and not stored["allow_rollup_hdrs"]
+    sealing = actions[1]
+    assert isinstance(sealing, UpdateStream) and sealing.config["allow_rollup_hdrs"]
 
 
 def test_a_mirror_keeps_no_duplicate_window_and_inherits_direct_get() -> None:

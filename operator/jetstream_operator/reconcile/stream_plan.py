@@ -94,11 +94,24 @@ def following_server(spec: StreamSpec, actual: ServerConfig) -> StreamSpec:
     return spec.model_copy(update=update)
 
 
+def sealing_request(spec: StreamSpec, owner: Owner) -> ServerConfig:
+    """The update that seals an open stream: its open config with sealed: true. The server
+    applies the sealed shape itself; sending that shape instead would be refused where the open
+    config needs rollups (message schedules, delete markers: pedantic refuses them without
+    rollups, and rollups without the purge permission are refused outright)."""
+    return {**open_config(spec, owner), "sealed": True}
+
+
+def open_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
+    """The config of the spec before any sealing: what a new stream is created with."""
+    return desired_stream_config(spec.model_copy(update={"sealed": False}), owner)
+
+
 def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> StreamAction:
     """What must happen next for the server to match the spec (one request at a time)."""
     if info is None:
         # The server refuses to create a sealed stream: create it open, seal it next.
-        return CreateStream(desired_stream_config(spec.model_copy(update={"sealed": False}), owner))
+        return CreateStream(open_config(spec, owner))
     actual: ServerConfig = info.get("config") or {}
     spec = following_server(spec, actual)
     desired = desired_stream_config(spec, owner)
@@ -115,6 +128,8 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
     if spec.prevent_update and not adoptable:
         return UpdatesPrevented(differences)
     request = without_create_only(desired)
+    if spec.sealed and not actual.get("sealed"):
+        request = without_create_only(sealing_request(spec, owner))
     changed = {difference.field for difference in differences}
     if {"num_replicas", "placement"} <= changed:
         # The server refuses both in one update (error 10123): replicas first, placement next.
