@@ -30,6 +30,11 @@ discard old, -1 limits, are ours too)."""
 NACK_CONSUMER_DEFAULTS: Mapping[str, Any] = {"ackPolicy": "none", "ackWait": "1ns"}
 """ackWait 1ns redelivers at once when acks are on; kept because it is what NACK made: change it
 afterwards on purpose (ackWait is mutable)."""
+DEFAULT_HINTS: Mapping[str, str] = {
+    "ackWait": "; with acks on it redelivers at once: once adopted, set the wait you mean "
+    "(e.g. 30s), an in-place update",
+    "storage": "; the stream keeps it (storage cannot change)",
+}
 NACK_CONNECTION_FIELDS = ("servers", "creds", "nkey", "tls", "tlsFirst", "account", "jsDomain")
 NOT_CONVERTIBLE = ("KeyValue", "ObjectStore", "Account", "StreamTemplate")
 KEPT_ANNOTATION_PREFIXES = ("kubectl.kubernetes.io/",)
@@ -78,7 +83,9 @@ def convert_spec(kind: str, spec: Mapping[str, Any]) -> tuple[dict[str, Any], li
     for key, value in defaults.items():
         if key not in converted:
             converted[key] = value
-            notes.append(f"spec.{key}: {value} written out (NACK's default)")
+            notes.append(
+                f"spec.{key}: {value} written out (NACK's default){DEFAULT_HINTS.get(key, '')}"
+            )
     converted["adoption"] = "IfUnowned"
     try:
         model.model_validate(converted)
