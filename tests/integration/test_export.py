@@ -6,15 +6,20 @@ owner: one update per object, every other field as it was."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 import yaml
+from kubernetes import client
 from nats.aio.client import Client
 
+from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.export.nack import convert_documents
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
@@ -215,7 +220,7 @@ async def snapshot(api: JetStreamApi, prefix: str) -> dict[str, dict[str, Any]]:
     return configs
 
 
-async def run_cli(*args: str) -> tuple[str, str]:
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -223,6 +228,7 @@ async def run_cli(*args: str) -> tuple[str, str]:
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     out, err = await process.communicate()
     assert process.returncode == 0, err.decode()
@@ -380,3 +386,65 @@ async def test_converted_nack_manifests_adopt_what_nack_made(
     assert_only_owner_changed(before, after, audit, namespace)
     assert after[stream]["storage"] == "memory"
     assert after[f"{stream}/billing"]["ack_wait"] == 1
+
+
+PASSWORD = "export-Pa55-w0rd"
+
+
+@pytest.fixture(scope="module")
+def password_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    extra = f"""
+accounts {{ A: {{ jetstream: enabled, users: [ {{user: alice, password: "{PASSWORD}"}} ] }} }}
+"""
+    server = NatsServer(tmp_path_factory.mktemp("nats-export"), extra_config=extra)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_export_through_a_nats_connection_and_its_secret(
+    resources: Resources,
+    api_client: client.ApiClient,
+    namespace: str,
+    kubeconfig: Path,
+    password_nats: NatsServer,
+) -> None:
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "alice"}, "stringData": {"username": "alice", "password": PASSWORD}},
+    )
+    resources.create(
+        "natsconnections",
+        {
+            "kind": "NatsConnection",
+            "metadata": {"name": "account-a"},
+            "spec": {"servers": [password_nats.url], "userPassword": {"secretName": "alice"}},
+        },
+    )
+    nc = await nats.connect(password_nats.url, user="alice", password=PASSWORD)
+    try:
+        api = JetStreamApi(nc)
+        await api.request("STREAM.CREATE.CN_EVENTS", {"name": "CN_EVENTS", "max_msgs": 10})
+        body = {"stream_name": "CN_EVENTS", "config": {"durable_name": "reader", "name": "reader"}}
+        await api.request("CONSUMER.CREATE.CN_EVENTS.reader", body)
+        before = await snapshot(api, "CN")
+        stdout, _ = await run_cli(
+            "export", "--connection", f"{namespace}/account-a", env={"KUBECONFIG": str(kubeconfig)}
+        )
+        manifests = list(yaml.safe_load_all(stdout))
+        assert [(m["kind"], m["metadata"]) for m in manifests] == [
+            ("Stream", {"name": "cn-events", "namespace": namespace}),
+            ("Consumer", {"name": "cn-events-reader", "namespace": namespace}),
+        ]
+        assert all(m["spec"]["connectionRef"] == "account-a" for m in manifests)
+        audit = await ApiAudit().start(nc)
+        try:
+            await apply_and_wait(resources, manifests)
+            after = await snapshot(api, "CN")
+        finally:
+            await audit.stop()
+    finally:
+        await nc.close()
+    assert_only_owner_changed(before, after, audit, namespace)
