@@ -61,6 +61,7 @@ def stream_spec(name: str) -> st.SearchStrategy[dict[str, Any]]:
             "optStartSeq": st.integers(min_value=0, max_value=5),
             "optStartTime": st.just("2026-01-01T00:00:00Z"),
             "filterSubject": st.sampled_from(["origin.a", "sentinel.>"]),
+            "consumer": st.just({"name": "feed", "deliverSubject": "feed.copy"}),
             "subjectTransforms": st.just(
                 [{"source": "origin.*", "dest": "copied.{{wildcard(1)}}"}]
             ),
@@ -106,6 +107,7 @@ def stream_spec(name: str) -> st.SearchStrategy[dict[str, Any]]:
         "subjectDeleteMarkerTtl": st.sampled_from(["1s", "1h"]),
         "allowMsgCounter": st.booleans(),
         "allowAtomicPublish": st.booleans(),
+        "allowBatchPublish": st.booleans(),
         "allowMsgSchedules": st.booleans(),
         "persistMode": st.sampled_from(["default", "async"]),
         "consumerLimits": st.fixed_dictionaries(
@@ -133,7 +135,7 @@ def consumer_spec(name: str) -> st.SearchStrategy[dict[str, Any]]:
         ),
         "optStartSeq": st.integers(min_value=1, max_value=5),
         "optStartTime": st.just("2026-01-01T00:00:00Z"),
-        "ackPolicy": st.sampled_from(["none", "all", "explicit"]),
+        "ackPolicy": st.sampled_from(["none", "all", "explicit", "flow_control"]),
         "ackWait": durations,
         "maxDeliver": st.integers(min_value=-1, max_value=5),
         "backoff": st.lists(st.sampled_from(["1s", "5s", "30s"]), max_size=3),

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jetstream_operator.api.consumer import ConsumerSpec
+from jetstream_operator.api.consumer import SPEC_RULES, ConsumerSpec
 from jetstream_operator.api.stream import StreamSpec
 from jetstream_operator.nats.jsapi import pedantic_stream
 from jetstream_operator.reconcile.consumer_config import (
@@ -222,3 +222,39 @@ def test_adopting_a_nack_consumer_never_recreates_it(recreate: bool) -> None:
 def test_several_priority_groups_are_accepted() -> None:
     spec = consumer(priorityPolicy="overflow", priorityGroups=["a", "b", "c"])
     assert desired_consumer_config(spec, OWNER, "ORDERS")["priority_groups"] == ["a", "b", "c"]
+
+
+# -- nats-server 2.14 additions ------------------------------------------------------------------
+
+
+def test_batch_publish_is_sent_only_when_on_or_to_turn_it_off() -> None:
+    """2.12 refuses unknown fields, so allow_batched is left out unless it matters."""
+    assert "allow_batched" not in desired_stream_config(stream(), OWNER)
+    on = desired_stream_config(stream(allowBatchPublish=True), OWNER)
+    assert on["allow_batched"] is True
+    stored = server_stores(on)
+    action = plan_stream(stream(), OWNER, {"config": stored})
+    assert isinstance(action, UpdateStream) and action.config["allow_batched"] is False
+    assert "allow_batched" in action.summary()
+
+
+def test_a_source_through_a_durable_consumer() -> None:
+    consumer_ref = {"name": "feed", "deliverSubject": "feed.copy"}
+    config = desired_stream_config(stream(sources=[{"name": "A", "consumer": consumer_ref}]), OWNER)
+    assert config["sources"] == [
+        {"name": "A", "consumer": {"name": "feed", "deliver_subject": "feed.copy"}}
+    ]
+
+
+def test_flow_control_ack_policy_states_what_the_server_would_set() -> None:
+    """Pedantic mode requires flow control and the 1s heartbeat stated, and no ack wait."""
+    spec = consumer(ackPolicy="flow_control", deliverSubject="fc.out", maxAckPending=100)
+    config = desired_consumer_config(spec, OWNER, "ORDERS")
+    assert config["flow_control"] is True
+    assert config["idle_heartbeat"] == SECOND
+    assert config["ack_wait"] == 0
+    assert config["max_ack_pending"] == 100
+
+
+def test_flow_control_ack_policy_rules_are_in_the_crd() -> None:
+    assert any("ackPolicy: flow_control (nats-server 2.14+)" in str(rule) for rule in SPEC_RULES)

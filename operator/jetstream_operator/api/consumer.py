@@ -178,6 +178,14 @@ SPEC_RULES: list[JsonValue] = [
         "or shorten backoff",
     ),
     cel(
+        f"!{_policy('ackPolicy', 'flow_control')} || ({_PUSH} && has(self.maxAckPending) && "
+        "self.maxAckPending > 0 && !has(self.ackWait) && "
+        f"!{_HAS_BACKOFF} && !(has(self.maxDeliver) && self.maxDeliver > 0) && "
+        "(!has(self.heartbeatInterval) || self.heartbeatInterval == '1s'))",
+        "ackPolicy: flow_control (nats-server 2.14+) needs a push consumer (spec.deliverSubject) "
+        "and maxAckPending > 0, and takes no ackWait, backoff or maxDeliver; its heartbeat is 1s",
+    ),
+    cel(
         f"!{_PUSH} || !{_policy('ackPolicy', 'none')} || !{_set('maxAckPending')}",
         "spec.maxAckPending on a push consumer needs ackPolicy explicit or all",
     ),
@@ -210,8 +218,9 @@ class ConsumerSpec(ResourceModel):
     """First stream sequence to deliver, with deliverPolicy byStartSequence."""
     opt_start_time: Timestamp | None = None
     """Deliver messages from this time on (RFC 3339), with deliverPolicy byStartTime."""
-    ack_policy: Literal["none", "all", "explicit"] = "explicit"
-    """How messages are acknowledged. Immutable unless recreateOnImmutableChange."""
+    ack_policy: Literal["none", "all", "explicit", "flow_control"] = "explicit"
+    """How messages are acknowledged (flow_control: acks by flow control, push only, nats-server
+    2.14+). Immutable unless recreateOnImmutableChange."""
     ack_wait: BoundedDuration | None = None
     """Wait for an ack this long before redelivering (default 30s; backoff[0] if backoff)."""
     max_deliver: Annotated[int, Field(ge=-1)] | None = None

@@ -30,8 +30,31 @@ class SubjectTransform(ResourceModel):
     """Destination subject, using {{wildcard(n)}} for tokens of the source."""
 
 
+class SourceConsumer(ResourceModel):
+    """A durable consumer on the origin that the copy uses (nats-server 2.14+)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^.*>/\\\s]+$")]
+    """Name of the durable consumer on the origin stream."""
+    deliver_subject: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^*>\s]+$")]
+    """Literal subject the consumer delivers the copy to."""
+
+
 class StreamSource(ResourceModel):
     """Another stream to copy messages from (the shape of NACK's mirror and sources)."""
+
+    model_config = ConfigDict(
+        **ResourceModel.model_config,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.consumer) || !(has(self.optStartSeq) && self.optStartSeq > 0 || "
+                    "has(self.optStartTime) || has(self.filterSubject))",
+                    "a copy through a durable consumer starts and filters as that consumer "
+                    "does: remove optStartSeq, optStartTime and filterSubject",
+                )
+            ]
+        },
+    )
 
     name: StreamName
     """Name of the origin stream."""
@@ -49,6 +72,9 @@ class StreamSource(ResourceModel):
     """JetStream API prefix of the origin's domain or account, e.g. "$JS.hub.API"."""
     external_deliver_prefix: Annotated[str, Field(max_length=255)] | None = None
     """Delivery subject prefix used for the copy across domains or accounts."""
+    consumer: SourceConsumer | None = None
+    """Copy through this durable consumer on the origin (nats-server 2.14+; older servers
+    refuse the request)."""
 
 
 class Placement(ResourceModel):
@@ -170,9 +196,10 @@ SERVER_RULES: list[JsonValue] = [
         "allowMsgTtl, allowMsgSchedules or a mirror: remove those, or allowMsgCounter",
     ),
     cel(
-        f"!{_MIRROR} || !({_on('allowAtomicPublish')} || has(self.subjectDeleteMarkerTtl) || "
+        f"!{_MIRROR} || !({_on('allowAtomicPublish')} || {_on('allowBatchPublish')} || "
+        "has(self.subjectDeleteMarkerTtl) || "
         "(has(self.firstSequence) && self.firstSequence > 0))",
-        "a mirror copies its origin's sequence: spec.allowAtomicPublish, "
+        "a mirror copies its origin's sequence: spec.allowAtomicPublish, allowBatchPublish, "
         "subjectDeleteMarkerTtl and firstSequence do not apply to it; remove them",
     ),
     cel(
@@ -291,6 +318,8 @@ class StreamSpec(ResourceModel):
     whatever an existing stream has."""
     allow_atomic_publish: bool = False
     """Allow atomic batch publishes (server 2.12+)."""
+    allow_batch_publish: bool = False
+    """Allow fast (non-atomic) batch publishes (server 2.14+; older servers refuse it)."""
     allow_msg_schedules: bool = False
     """Allow scheduled messages (server 2.12+; turns allowRollup on). Cannot be turned off."""
     persist_mode: Literal["default", "async"] | None = None

@@ -25,6 +25,8 @@ DEFAULT_MAX_WAITING = 512
 """JSWaitQueueDefaultMax, for pull consumers; push consumers must have 0."""
 DEFAULT_PINNED_TTL_NS = 120_000_000_000
 """JsDefaultPinnedTTL, for priorityPolicy pinned_client only."""
+FLOW_CONTROL_HEARTBEAT_NS = 1_000_000_000
+"""sourceHealthHB: the only heartbeat the server allows with ack policy flow_control."""
 UNLIMITED = -1
 """max_deliver: the server stores 0 (and anything below -1) as -1."""
 
@@ -74,7 +76,7 @@ def default_ack_wait(spec: ConsumerSpec) -> int:
     if spec.ack_wait:
         return spec.ack_wait
     # ackWait "0" means the default: the server stores 30s for it (setConsumerConfigDefaults).
-    return DEFAULT_ACK_WAIT_NS if spec.ack_policy != "none" else 0
+    return DEFAULT_ACK_WAIT_NS if spec.ack_policy in ("explicit", "all") else 0
 
 
 def default_max_ack_pending(
@@ -108,6 +110,7 @@ def desired_consumer_config(
         raise ValueError(f"spec.streamName is {spec.stream_name!r}, not {stream_name!r}")
     push = spec.is_push()
     pinned = spec.priority_policy == "pinned_client"
+    acks_by_flow_control = spec.ack_policy == "flow_control"
     return {
         "durable_name": spec.durable_name,
         "name": spec.durable_name,
@@ -128,8 +131,11 @@ def desired_consumer_config(
         "max_waiting": 0 if push else (spec.max_waiting or DEFAULT_MAX_WAITING),
         "deliver_subject": spec.deliver_subject or "",
         "deliver_group": spec.deliver_group or "",
-        "flow_control": spec.flow_control,
-        "idle_heartbeat": spec.heartbeat_interval or 0,
+        # Ack policy flow_control (2.14) means flow control with a 1s heartbeat; the server
+        # sets both unless pedantic, when it requires them stated.
+        "flow_control": spec.flow_control or acks_by_flow_control,
+        "idle_heartbeat": spec.heartbeat_interval
+        or (FLOW_CONTROL_HEARTBEAT_NS if acks_by_flow_control else 0),
         "headers_only": spec.headers_only,
         "max_batch": spec.max_request_batch or 0,
         "max_expires": spec.max_request_expires or 0,

@@ -61,6 +61,11 @@ def _source(source: StreamSource) -> dict[str, Any]:
         config["filter_subject"] = source.filter_subject
     if source.subject_transforms:
         config["subject_transforms"] = [_transform(t) for t in source.subject_transforms]
+    if source.consumer is not None:
+        config["consumer"] = {
+            "name": source.consumer.name,
+            "deliver_subject": source.consumer.deliver_subject,
+        }
     if source.external_api_prefix or source.external_deliver_prefix:
         config["external"] = {
             "api": source.external_api_prefix or "",
@@ -189,11 +194,26 @@ def _open_stream_config(spec: StreamSpec, owner: Owner) -> ServerConfig:
         ),
         "metadata": {**spec.metadata, OWNER_METADATA_KEY: owner.encode()},
     }
+    if spec.allow_batch_publish:
+        config["allow_batched"] = True  # 2.14+: sent only when asked for, see newer_flags_off
     if spec.persist_mode is not None:
         config["persist_mode"] = spec.persist_mode
     if spec.first_sequence:
         config["first_seq"] = spec.first_sequence
     return config
+
+
+NEWER_FLAGS = ("allow_batched",)
+"""Flags older servers do not know (they refuse unknown fields): sent only when on, or when
+the server has them on and the spec wants them off."""
+
+
+def newer_flags_off(desired: ServerConfig, actual: ServerConfig) -> ServerConfig:
+    """The desired config, with newer flags the server has on and the spec left off stated as
+    off, so turning one off is a difference like any other."""
+    return desired | {
+        flag: False for flag in NEWER_FLAGS if actual.get(flag) and flag not in desired
+    }
 
 
 def without_create_only(config: ServerConfig) -> ServerConfig:

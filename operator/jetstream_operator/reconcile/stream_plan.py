@@ -12,6 +12,7 @@ from .stream_config import (
     ServerConfig,
     config_differences,
     desired_stream_config,
+    newer_flags_off,
     owner_difference,
     server_chosen_fields,
     without_create_only,
@@ -114,7 +115,7 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
         return CreateStream(open_config(spec, owner))
     actual: ServerConfig = info.get("config") or {}
     spec = following_server(spec, actual)
-    desired = desired_stream_config(spec, owner)
+    desired = newer_flags_off(desired_stream_config(spec, owner), actual)
     current_owner = recorded_owner(actual)
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
