@@ -199,6 +199,14 @@ def test_a_pinned_consumer_keeps_its_ttl_only_when_not_the_default() -> None:
     assert CONSUMERS.export(config, {"stream": "S"}).body()["pinnedTtl"] == "10s"
 
 
+def test_what_cannot_be_reproduced_is_named() -> None:
+    # A stream capturing nothing cannot be written as a spec: empty subjects mean its own name.
+    result = export_account([StreamWithConsumers({"config": server_stream("S", subjects=[])})])
+    assert result.notes == [
+        "Stream S: not reproduced exactly, adopting would change subjects: [] -> ['S']"
+    ]
+
+
 def test_export_account_skips_what_it_cannot_or_must_not_adopt() -> None:
     owned = server_stream("OWNED", metadata={"jetstream-operator.io/owner": "ns/owned/uid"})
     streams = [

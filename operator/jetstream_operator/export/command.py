@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .manifests import export_account, to_yaml, write_files
 from .nack import convert_documents, read_documents
@@ -28,6 +31,8 @@ def _note(lines: list[str]) -> None:
 def _from_account(args: argparse.Namespace) -> int:
     from .account import read_target, target_from_resource, target_from_settings
 
+    # The pool logs each failed connect attempt; the one-line failure below says it better.
+    logging.getLogger("jetstream_operator.nats.pool").setLevel(logging.ERROR)
     connection_ref: str | None = None
     namespace = args.namespace
     if args.connection:
@@ -57,6 +62,20 @@ def _from_nack(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    if args.from_nack:
-        return _from_nack(args)
-    return _from_account(args)
+    from kubernetes.client.exceptions import ApiException
+
+    from ..k8s.secrets import SecretProblem
+    from ..nats.jsapi import JetStreamError, JetStreamUnavailable
+
+    try:
+        if args.from_nack:
+            return _from_nack(args)
+        return _from_account(args)
+    except (JetStreamUnavailable, JetStreamError, SecretProblem, OSError, yaml.YAMLError) as error:
+        print(f"export failed: {error}", file=sys.stderr)
+    except ApiException as error:
+        print(
+            f"export failed: the Kubernetes API answered {error.status} {error.reason}",
+            file=sys.stderr,
+        )
+    return 1
