@@ -277,6 +277,9 @@ async def test_exported_account_is_adopted_with_only_the_owner_recorded(
     api = JetStreamApi(nc)
     for config in stream_configs(prefix):
         await api.request(f"STREAM.CREATE.{config['name']}", config)
+    sealed = {"name": f"{prefix}_SEALED", "subjects": [f"{prefix}.sealed"], "max_age": 60 * S}
+    await api.request(f"STREAM.CREATE.{sealed['name']}", sealed)
+    await api.request(f"STREAM.UPDATE.{sealed['name']}", {**sealed, "sealed": True})
     for stream, config in consumer_configs(prefix):
         # Raw JSON without ack_policy means none; most here are explicit, as clients make them.
         config = {"ack_policy": "explicit", **config, "name": config["durable_name"]}
@@ -304,7 +307,7 @@ async def test_exported_account_is_adopted_with_only_the_owner_recorded(
     assert "not reproduced exactly" not in notes
     manifests = [yaml.safe_load(path.read_text()) for path in sorted(out_dir.iterdir())]
     kinds = [item["kind"] for item in manifests]
-    assert kinds.count("Stream") == len(stream_configs(prefix))
+    assert kinds.count("Stream") == len(stream_configs(prefix)) + 1
     assert kinds.count("Consumer") == len(consumer_configs(prefix))
     stdout, _ = await run_cli(
         "export", "--server", nats_server.url, "--match", f"{prefix}_*", "--namespace", namespace
