@@ -42,7 +42,11 @@ def _from_account(args: argparse.Namespace) -> int:
         if not connection_ref:
             print("--connection takes NAMESPACE/NAME", file=sys.stderr)
             return 2
-        namespace = namespace or conn_namespace
+        if namespace and namespace != conn_namespace:
+            # connectionRef names a NatsConnection of the resource's own namespace.
+            print("--namespace must be the NatsConnection's namespace", file=sys.stderr)
+            return 2
+        namespace = conn_namespace
         target = asyncio.run(target_from_resource(api_client(), conn_namespace, connection_ref))
     else:
         target = target_from_settings(args.server)
