@@ -71,7 +71,7 @@ def stream_configs(p: str) -> list[dict[str, Any]]:
             "subject_delete_marker_ttl": 60 * S,
             "subject_transform": {"src": f"{p}.ttl.>", "dest": f"{p}.kept.>"},
             "republish": {"src": f"{p}.ttl.>", "dest": f"{p}.copy.>", "headers_only": True},
-            "consumer_limits": {"max_ack_pending": 50},
+            "consumer_limits": {"max_ack_pending": 50, "inactive_threshold": 3600 * S},
         },
         {"name": f"{p}_SHORT", "subjects": [f"{p}.short"], "max_age": 30 * S, "allow_atomic": True},
         {
@@ -97,6 +97,18 @@ def stream_configs(p: str) -> list[dict[str, Any]]:
             "first_seq": 100,
         },
         {"name": f"{p}_COUNTER", "subjects": [f"{p}.counter"], "allow_msg_counter": True},
+        {
+            "name": f"{p}_EXT",
+            "duplicate_window": 120 * S,
+            "sources": [
+                {
+                    "name": "ELSEWHERE",
+                    "opt_start_time": "2024-05-01T10:00:00Z",
+                    "filter_subject": "events.>",
+                    "external": {"api": "$JS.hub.API", "deliver": "deliver.hub"},
+                }
+            ],
+        },
     ]
 
 
