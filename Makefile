@@ -9,13 +9,14 @@ CLI := $(VENV)/bin/jetstream-operator
 STAMP := $(VENV)/.installed-stamp
 DEV_DIR ?= .dev
 
-.PHONY: help venv tools run down status test unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock
+.PHONY: help venv tools run down status test unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock e2e-node
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
 	@echo "make test   lint, unit and integration tests against real kube-apiserver and nats-server"
 	@echo "make down   stop the local environment started by make run"
 	@echo "make crds   regenerate crds/ from the models"
+	@echo "make e2e-node  only the image and one-node cluster tests (make test runs them too; needs root)"
 	@echo "make image  build the image with a Docker this sets up (apt-get, dockerd, a debootstrap base)"
 	@echo "make image-lock  re-pin image-requirements.txt (every package of the image) with pip-compile"
 	@echo "make chaos  the fault suite at full size"
@@ -74,6 +75,12 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The image and one-node cluster tests alone (part of make test): the image built from this
+# checkout, the chart installed with it on a kubelet + containerd node the tests start.
+e2e-node: tools
+	$(VENV)/bin/pytest -rs tests/delivery/test_dockerfile.py tests/e2e_image \
+	  tests/integration/test_cli_dev.py
 
 # The image, built as a user builds it, on a machine with no registry: Debian's docker.io is
 # installed and started, and the base image the Dockerfile names is made with debootstrap.

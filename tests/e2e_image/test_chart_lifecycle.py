@@ -71,12 +71,12 @@ def chart_with_new_crd_field(destination: Path) -> Path:
 
 @pytest.mark.timeout(900)  # about 150 s alone; a loaded CI machine may take several times that
 def test_install_failover_upgrade_uninstall(
-    own_node: Node,
-    node_nats: NatsServer,
-    docker: Docker,
-    operator_image: str,
-    tmp_path: Path,
+    own_node: Node, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
+    # Asked for only now: against an existing cluster the test is skipped before any set-up.
+    node_nats: NatsServer = request.getfixturevalue("node_nats")
+    docker: Docker = request.getfixturevalue("docker")
+    operator_image: str = request.getfixturevalue("operator_image")
     kubeconfig = own_node.control_plane.kubeconfig
     helm = Helm(ensure_tools(["helm"])["helm"], tmp_path / "helm")
     api = new_client(kubeconfig)
