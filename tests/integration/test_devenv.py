@@ -175,6 +175,15 @@ def test_apiserver_restart_keeps_data_and_port(tmp_path: Path) -> None:
         plane.restart_apiserver()
         assert plane.url == url
         assert namespace_phase(core_api(plane.kubeconfig), "survives-restart") == "Active"
+        # kube-controller-manager rode out the outage and still works against the new process.
+        manager = plane.health_urls()["kube-controller-manager"]
+        assert http_get(manager, plane.ssl_context())[0] == 200
+        core_api(plane.kubeconfig).delete_namespace("survives-restart")
+        wait_for(
+            lambda: gone(lambda: core_api(plane.kubeconfig).read_namespace("survives-restart")),
+            120,
+            "namespace removed after the API server restart",
+        )
     finally:
         plane.stop()
     assert not plane.healthy()
