@@ -220,6 +220,8 @@ class Docker:
         built = self.cli("build", "--tag", tag, *args, str(context), timeout=timeout)
         if built.returncode != 0:
             raise RuntimeError(f"docker build failed:\n{(built.stdout + built.stderr)[-4000:]}")
+        # Earlier builds of the tag are left untagged; the cached layers of this one stay.
+        self.cli("image", "prune", "--force")
 
     def save(self, tag: str, destination: Path) -> Path:
         """The image as a tarball (for `ctr images import` into a node's containerd)."""
