@@ -863,10 +863,12 @@ async def publish(url: str, prefix: str, streams: int, seconds: float, rate: flo
 # -- memory ----------------------------------------------------------------------------------------
 
 
-def heap(size: int, top: int = 15, frames: int = 16) -> dict[str, Any]:
+def heap(size: int, top: int = 15, frames: int = 8) -> dict[str, Any]:
     """The operator with bench/heapprobe/sitecustomize.py: tracemalloc started after the
     warm-up, its Python heap by owner then and once N Streams and N Consumers are Ready (and
-    10 s settled), so the difference is what the resources cost, and whose code holds it."""
+    10 s settled), so the difference is what the resources cost, and whose code holds it.
+    Each dump restarts tracing, so the second holds exactly what was allocated since the
+    first (less what was freed)."""
     with tempfile.TemporaryDirectory(prefix=f"jso-heap-{size}-") as directory:
         out = Path(directory) / "heap.json"
         bench = Bench(Path(directory))
@@ -907,10 +909,7 @@ def heap(size: int, top: int = 15, frames: int = 16) -> dict[str, Any]:
     resources = 2 * size
 
     def growth(key: str) -> list[tuple[str, float]]:
-        grown = {
-            name: (value - before[key].get(name, 0)) / resources
-            for name, value in after[key].items()
-        }
+        grown = {name: value / resources for name, value in after[key].items()}
         return sorted(grown.items(), key=lambda item: -item[1])
 
     return {
@@ -918,7 +917,7 @@ def heap(size: int, top: int = 15, frames: int = 16) -> dict[str, Any]:
         "rss": row["rss"],
         "traced_before_mib": before["total"] / 2**20,
         "traced_after_mib": after["total"] / 2**20,
-        "per_resource_kib": (after["total"] - before["total"]) / resources / 1024,
+        "per_resource_kib": after["total"] / resources / 1024,
         "by_package": [(name, value / 1024) for name, value in growth("by_package")],
         "by_file": [(name, value / 1024) for name, value in growth("by_file")[:top]],
     }
@@ -955,6 +954,11 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                     row["idle_rss"] = bench.operator_rss_mib()
                     row["drift"] = asyncio.run(
                         drift_latency(bench.nats.url, f"B{size}", args.drift_samples)
+                    )
+                    row["drift_at_once"] = asyncio.run(  # as nack_bench measures NACK
+                        drift_latency(
+                            bench.nats.url, f"B{size}", args.nack_drift_samples, 70.0, True
+                        )
                     )
                     time.sleep(5)
                     row["restart"] = restart(bench, kinds + bench_watches, args.restart_seconds)
@@ -1054,6 +1058,12 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             f"({drift['changes_repaired']}/{drift['samples']} within {drift['timeout_s']:.0f} s); "
             f"deletion p50 {drift['delete_p50_ms']:.0f} ms, p99 {drift['delete_p99_ms']:.0f} ms "
             f"({drift['deletions_repaired']}/{drift['samples']})",
+            f"- {idle_row['drift_at_once']['samples']} streams changed at once: p50 "
+            f"{idle_row['drift_at_once']['change_p50_ms']:.0f} ms, p99 "
+            f"{idle_row['drift_at_once']['change_p99_ms']:.0f} ms "
+            f"({idle_row['drift_at_once']['changes_repaired']} repaired); deleted at once: p50 "
+            f"{idle_row['drift_at_once']['delete_p50_ms']:.0f} ms "
+            f"({idle_row['drift_at_once']['deletions_repaired']} recreated)",
             "",
             f"Restart with everything in place: healthy after {again['healthy_s']:.1f} s; "
             f"in the next {again['seconds']:.0f} s, status changes "
@@ -1074,8 +1084,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
         lines += [
             "",
             f"Heap at N={h['size']} ({2 * h['size']} resources) under tracemalloc: RSS "
-            f"{h['rss']:.0f} MiB; traced Python heap {h['traced_before_mib']:.1f} MiB before "
-            f"applying, {h['traced_after_mib']:.1f} MiB after, "
+            f"{h['rss']:.0f} MiB; Python heap allocated and still held after applying "
+            f"{h['traced_after_mib']:.1f} MiB, "
             f"{h['per_resource_kib']:.1f} KiB per resource. Per resource, by owner (KiB): "
             + ", ".join(f"{name} {kib:.1f}" for name, kib in h["by_package"] if abs(kib) >= 0.1),
             "- by file (KiB per resource): "

@@ -49,6 +49,10 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
     _dumps += 1
     path = f"{os.environ['JSO_HEAP_PROBE_OUT']}.{_dumps}"
     snapshot = tracemalloc.take_snapshot()
+    # Sorting the snapshot while tracing would trace (and slow) every step of it: stop, and
+    # start again afterwards, so a later dump holds what was allocated after this one.
+    frames = tracemalloc.get_traceback_limit()
+    tracemalloc.stop()
     by_package: dict[str, int] = {}
     by_file: dict[str, int] = {}
     total = 0
@@ -73,6 +77,7 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
     with open(path + ".tmp", "w") as out:
         json.dump(result, out)
     os.replace(path + ".tmp", path)
+    tracemalloc.start(frames)
 
 
 def _start(_signum: int, _frame: FrameType | None) -> None:
