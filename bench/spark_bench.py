@@ -213,6 +213,7 @@ def source_reader(url: str, count: int, direct: bool) -> float:
 
 def spark_session(cores: int) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # every Spark socket on loopback
     from pyspark.sql import SparkSession
 
     from jetstream_spark import register

@@ -13,8 +13,9 @@ import asyncio
 import json
 import logging
 import re
+import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,9 +86,18 @@ class _Publisher:
         self._count = 0
         self._low_water = 0
         self._window = asyncio.Event()
+        self._busy_since = 0.0  # loop time when the publish under way began; 0 when idle
+        self.stalled = False
+        self._watchdog: asyncio.Task[None] | None = None
+        self._clock: Callable[[], float] = time.monotonic
 
     async def start(self) -> None:
         self.subscription = await self.nc.raw_subscribe(f"{self.prefix}.*", self._on_ack)
+        loop = asyncio.get_running_loop()
+        self._clock = loop.time
+        current = asyncio.current_task()
+        if current is not None:
+            self._watchdog = loop.create_task(self._watch(current))
 
     def _on_ack(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
         entry = self.pending.pop(subject[self._skip :], None)
@@ -123,25 +133,46 @@ class _Publisher:
     async def _send(
         self, subject: str, payload: bytes, token: str, headers: dict[str, str]
     ) -> None:
-        """nats-py's publish, bounded: it waits for its flusher, which never finishes when
-        the server stopped reading or the connection is gone for good."""
+        """nats-py's publish, bounded by the watchdog: it can wait for its flusher, which never
+        finishes when the server stopped reading. (Not `wait_for`: a task per message would
+        yield to the loop each time and turn every message into its own socket write.)"""
+        self._busy_since = self._clock()
         try:
-            await asyncio.wait_for(
-                self.nc.publish(subject, payload, reply=f"{self.prefix}.{token}", headers=headers),
-                self.options.ack_timeout,
-            )
-        except TimeoutError:
-            raise PublishError(
-                f"publishing to '{subject}' did not complete within {self.options.ack_timeout}s"
-                f"{self._server_said()}"
-            ) from None
-        except PublishError:
-            raise
+            await self.nc.publish(subject, payload, reply=f"{self.prefix}.{token}", headers=headers)
+        except asyncio.CancelledError:
+            if not self.stalled:
+                raise
+            raise self.stall_error(subject) from None
         except Exception as error:  # nats-py's ConnectionClosedError, OutboundBufferLimitError...
             raise PublishError(
                 f"publishing to '{subject}' failed: {type(error).__name__} {error}"
                 f"{self._server_said()}"
             ) from error
+        finally:
+            self._busy_since = 0.0
+        if self.stalled:  # nats-py's flush swallows the cancellation and returns
+            raise self.stall_error(subject)
+
+    def stall_error(self, subject: str = "a subject") -> PublishError:
+        return PublishError(
+            f"publishing to '{subject}' did not complete within {self.options.ack_timeout}s"
+            f"{self._server_said()}"
+        )
+
+    async def _watch(self, task: asyncio.Task[Any]) -> None:
+        """Cancel the publishing task while one publish has been stuck for `ackTimeout`
+        (again each period: nats-py's flush swallows a cancellation)."""
+        period = min(1.0, self.options.ack_timeout / 4)
+        while True:
+            await asyncio.sleep(period)
+            since = self._busy_since
+            if since and self._clock() - since > self.options.ack_timeout:
+                self.stalled = True
+                task.cancel()
+
+    def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
 
     def _server_said(self) -> str:
         errors = getattr(self.nc, "errors", [])
@@ -241,70 +272,91 @@ async def _publish_batches(
     Every row is checked before it is sent (subject, headers, size against the server's
     max_payload): a bad row fails the task with its position instead of making the server
     close the connection."""
-    id_column = options.message_id_column
-    checked: dict[str, None] = {}  # subjects already validated (rows usually repeat a few)
     problem = header_problem("Nats-Msg-Id", f"{ids}:0")
     if problem is not None:
         raise PublishError(f"{where_prefix}: {problem}")
-    async with connect(options.connection) as nc:
-        max_payload = nc.max_payload
-        publisher = _Publisher(nc, options)
-        await publisher.start()
-        row = 0
-        for batch in batches:
-            size = batch.num_rows
-            if size == 0:
-                continue
-            datas = batch.column("data").to_pylist()
-            subjects = (
-                batch.column("subject").to_pylist()
-                if "subject" in columns
-                else [options.subject] * size
-            )
-            headers = batch.column("headers").to_pylist() if "headers" in columns else None
-            keys = batch.column(id_column).to_pylist() if id_column else None
-            for index in range(size):
-                where = f"{where_prefix} row {row}"  # cheap next to the publish; for errors
-                subject = subjects[index] or options.subject
-                if not subject:
-                    raise PublishError(f"{where} has no subject and no 'subject' option is set")
-                if subject not in checked:
-                    problem = subject_problem(subject, wildcards=False)
-                    if problem is not None:
-                        raise PublishError(f"{where}: cannot publish to {subject!r}: {problem}")
-                    checked[subject] = None
-                data = datas[index]
-                payload = data.encode() if isinstance(data, str) else (data or b"")
-                if keys is None:
-                    message_id = f"{ids}:{row}"
-                else:
-                    key = keys[index]
-                    if key is None:
-                        raise PublishError(
-                            f"{where}: messageIdColumn '{id_column}' is null; every row needs "
-                            "its own message id (rows with the same id are stored once)"
-                        )
-                    message_id = f"{ids}:{_text(key)}"
-                    problem = header_problem("Nats-Msg-Id", message_id)
-                    if problem is not None:
-                        raise PublishError(f"{where}: messageIdColumn '{id_column}': {problem}")
-                pairs = [("Nats-Msg-Id", message_id)]
-                if options.stream:
-                    pairs.append(("Nats-Expected-Stream", options.stream))
-                if headers is not None:
-                    pairs.extend(_header_pairs(headers[index], where))
-                total = len(payload) + header_block_size(pairs)
-                if total > max_payload:
+    publisher: _Publisher | None = None
+    try:
+        async with connect(options.connection) as nc:
+            publisher = _Publisher(nc, options)
+            await publisher.start()
+            try:
+                return await _publish_rows(options, columns, batches, ids, where_prefix, publisher)
+            finally:
+                publisher.stop()
+    except asyncio.CancelledError:
+        # The watchdog's cancellation can surface later than the publish it was meant for.
+        if publisher is not None and publisher.stalled:
+            raise publisher.stall_error() from None
+        raise
+
+
+async def _publish_rows(
+    options: WriteOptions,
+    columns: tuple[str, ...],
+    batches: Iterable[pa.RecordBatch],
+    ids: str,
+    where_prefix: str,
+    publisher: _Publisher,
+) -> tuple[int, int]:
+    id_column = options.message_id_column
+    max_payload = publisher.nc.max_payload
+    checked: dict[str, None] = {}  # subjects already validated (rows usually repeat a few)
+    row = 0
+    for batch in batches:
+        size = batch.num_rows
+        if size == 0:
+            continue
+        datas = batch.column("data").to_pylist()
+        subjects = (
+            batch.column("subject").to_pylist()
+            if "subject" in columns
+            else [options.subject] * size
+        )
+        headers = batch.column("headers").to_pylist() if "headers" in columns else None
+        keys = batch.column(id_column).to_pylist() if id_column else None
+        for index in range(size):
+            where = f"{where_prefix} row {row}"  # cheap next to the publish; for errors
+            subject = subjects[index] or options.subject
+            if not subject:
+                raise PublishError(f"{where} has no subject and no 'subject' option is set")
+            if subject not in checked:
+                problem = subject_problem(subject, wildcards=False)
+                if problem is not None:
+                    raise PublishError(f"{where}: cannot publish to {subject!r}: {problem}")
+                checked[subject] = None
+            data = datas[index]
+            payload = data.encode() if isinstance(data, str) else (data or b"")
+            if keys is None:
+                message_id = f"{ids}:{row}"
+            else:
+                key = keys[index]
+                if key is None:
                     raise PublishError(
-                        f"{where} on '{subject}' is {total} bytes with headers, over the "
-                        f"server's max_payload of {max_payload} bytes; nothing of it was sent"
+                        f"{where}: messageIdColumn '{id_column}' is null; every row needs "
+                        "its own message id (rows with the same id are stored once)"
                     )
-                names = {key for key, _ in pairs}
-                header_map = dict(pairs) if len(names) == len(pairs) else _PairHeaders(pairs)
-                await publisher.publish(subject, payload, header_map)
-                row += 1
-        await publisher.drain(0)
-        return publisher.published, publisher.duplicates
+                message_id = f"{ids}:{_text(key)}"
+                problem = header_problem("Nats-Msg-Id", message_id)
+                if problem is not None:
+                    raise PublishError(f"{where}: messageIdColumn '{id_column}': {problem}")
+            pairs = [("Nats-Msg-Id", message_id)]
+            if options.stream:
+                pairs.append(("Nats-Expected-Stream", options.stream))
+            if headers is not None:
+                pairs.extend(_header_pairs(headers[index], where))
+            total = len(payload) + header_block_size(pairs)
+            if total > max_payload:
+                raise PublishError(
+                    f"{where} on '{subject}' is {total} bytes with headers, over the "
+                    f"server's max_payload of {max_payload} bytes; nothing of it was sent"
+                )
+            names = {key for key, _ in pairs}
+            header_map = dict(pairs) if len(names) == len(pairs) else _PairHeaders(pairs)
+            await publisher.publish(subject, payload, header_map)
+            row += 1
+    await publisher.drain(0)
+    return publisher.published, publisher.duplicates
 
 
 def _task() -> tuple[int, TaskContext | None]:

@@ -33,6 +33,7 @@ def _delete_test_streams() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # every Spark socket on loopback
     from pyspark.sql import SparkSession
 
     from jetstream_spark import register

@@ -202,7 +202,7 @@ def test_batch_and_streaming_on_a_cluster_survive_a_killed_worker(
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": LOOPBACK},
     )
     try:
         assert driver.stdout is not None

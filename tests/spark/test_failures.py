@@ -6,6 +6,10 @@ max_payload or must stop the server under a write.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +79,58 @@ def test_write_is_bounded_when_the_server_goes_away(tmp_path: Path) -> None:
         assert time.monotonic() - started < 40
     finally:
         server.stop()
+
+
+class _DeafServer:
+    """A NATS server that completes the handshake, then never reads again: the client's
+    socket buffers fill and nats-py's publish waits for its flusher for ever."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            connection, _ = self.listener.accept()
+            self.connections.append(connection)
+            info = {
+                "server_id": "deaf",
+                "version": "2.12.0",
+                "proto": 1,
+                "headers": True,
+                "max_payload": 1048576,
+            }
+            connection.sendall(f"INFO {json.dumps(info)}\r\n".encode())
+            received = b""
+            while b"PING" not in received:
+                received += connection.recv(4096)
+            connection.sendall(b"PONG\r\n")
+
+    def close(self) -> None:
+        for connection in self.connections:
+            connection.close()
+        self.listener.close()
+
+
+def test_publish_into_a_server_that_stops_reading_is_bounded() -> None:
+    server = _DeafServer()
+    try:
+        writer = _writer(
+            f"nats://127.0.0.1:{server.port}",
+            [DATA],
+            subject="deaf.x",
+            ackTimeout="2",
+            maxInFlight="100000",
+        )
+        batch = pa.record_batch([pa.array([b"m" * 1000] * 20_000)], names=["data"])
+        started = time.monotonic()
+        with pytest.raises(PublishError, match=r"did not complete within 2\.0s"):
+            writer.write(iter([batch] * 5))
+        assert time.monotonic() - started < 30
+    finally:
+        server.close()
 
 
 def test_null_message_ids_fail_instead_of_merging_rows(nats_server: Any) -> None:
