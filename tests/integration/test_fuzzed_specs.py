@@ -21,7 +21,7 @@ from typing import Any
 
 import nats
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
@@ -39,6 +39,8 @@ BATCHES = 2 * SCALE
 quiet window covers them all."""
 BATCH = 6
 SETTLE_SECONDS = 40.0
+PER_BATCH_SECONDS = 60
+"""Upper bound of one batch (settling plus the quiet window), for the test's timeout."""
 RETRIES_WHILE_FAILING = 4
 """Writes allowed in the quiet window for a spec that is not Ready: retries with backoff."""
 ORIGIN = "FUZZ_ORIGIN"
@@ -272,10 +274,13 @@ def _settle_and_stay_quiet(
         resources.delete(plural, name)
 
 
+@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
 @settings(
     max_examples=BATCHES,
     deadline=None,
     derandomize=SCALE == 1,
+    # Each example costs seconds against real servers: report a failing batch as found.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(specs=stream_batches)
@@ -291,10 +296,13 @@ def test_any_stream_spec_is_refused_or_settles(
     assert operator_process.running, "the operator crashed"
 
 
+@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
 @settings(
     max_examples=BATCHES,
     deadline=None,
     derandomize=SCALE == 1,
+    # Each example costs seconds against real servers: report a failing batch as found.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(specs=consumer_batches)

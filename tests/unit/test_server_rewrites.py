@@ -145,6 +145,14 @@ def test_sources_take_the_servers_duplicate_window(max_age: str | None, sent: in
         assert config_differences(desired, stored, server_chosen_fields(spec)) == []
 
 
+def test_a_zero_duplicate_window_is_the_default() -> None:
+    """Found by the property test: the server stores its default for 0, and 0 was resent."""
+    actions, stored = settle(stream(duplicateWindow="0"))
+    assert len(actions) == 2 and stored["duplicate_window"] == 2 * MINUTE
+    with_age = desired_stream_config(stream(duplicateWindow="0", maxAge="30s"), OWNER)
+    assert with_age["duplicate_window"] == 30 * SECOND
+
+
 def test_a_written_duplicate_window_on_sources_is_enforced() -> None:
     spec = stream(sources=[{"name": "A"}], duplicateWindow="10s")
     assert "duplicate_window" not in server_chosen_fields(spec)

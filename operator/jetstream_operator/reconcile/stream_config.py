@@ -87,7 +87,7 @@ def server_chosen_fields(spec: StreamSpec) -> frozenset[str]:
     - mirror_direct of a mirror: the server copies the origin's allow_direct whatever is sent.
     """
     chosen: set[str] = set()
-    if copies_streams(spec) and spec.duplicate_window is None:
+    if copies_streams(spec) and not spec.duplicate_window:
         chosen.add("duplicate_window")
     if spec.mirror is not None:
         chosen.add("mirror_direct")
@@ -98,7 +98,7 @@ def _duplicate_window(spec: StreamSpec) -> int:
     """The window to send. Unset on a mirror or sourcing stream, 0 lets the server choose
     (server_chosen_fields), except that 2.12 would then pick 2m and, pedantic, refuse it as
     longer than a maxAge under 2m: maxAge is what it would settle on, so that is sent."""
-    if spec.duplicate_window is not None:
+    if spec.duplicate_window:  # "0", like unset, is the server's default
         return spec.duplicate_window
     max_age = spec.max_age or 0
     if spec.mirror is not None:
