@@ -918,6 +918,8 @@ def heap(size: int, top: int = 15, frames: int = 8) -> dict[str, Any]:
         "traced_before_mib": before["total"] / 2**20,
         "traced_after_mib": after["total"] / 2**20,
         "per_resource_kib": after["total"] / resources / 1024,
+        "registry_kib": after["registry_bodies"] / max(1, after["registry_resources"]) / 1024,
+        "registry_resources": after["registry_resources"],
         "by_package": [(name, value / 1024) for name, value in growth("by_package")],
         "by_file": [(name, value / 1024) for name, value in growth("by_file")[:top]],
     }
@@ -1086,7 +1088,9 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             f"Heap at N={h['size']} ({2 * h['size']} resources) under tracemalloc: RSS "
             f"{h['rss']:.0f} MiB; Python heap allocated and still held after applying "
             f"{h['traced_after_mib']:.1f} MiB, "
-            f"{h['per_resource_kib']:.1f} KiB per resource. Per resource, by owner (KiB): "
+            f"{h['per_resource_kib']:.1f} KiB per resource; the bodies our registry keeps: "
+            f"{h['registry_kib']:.1f} KiB per resource ({h['registry_resources']} tracked). "
+            "Per resource, by allocating package (KiB): "
             + ", ".join(f"{name} {kib:.1f}" for name, kib in h["by_package"] if abs(kib) >= 0.1),
             "- by file (KiB per resource): "
             + ", ".join(f"{name} {kib:.1f}" for name, kib in h["by_file"]),

@@ -9,9 +9,11 @@ since, which is what the benchmark wants (the cost of the resources applied afte
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
+import sys
 import tracemalloc
 from types import FrameType
 
@@ -39,6 +41,35 @@ def _owner(filename: str) -> str | None:
 
 
 _dumps = 0
+
+
+def _deep_size(value: object, seen: set[int]) -> int:
+    """Bytes of a JSON-like value and everything in it, each object counted once."""
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        size += sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        size += sum(_deep_size(item, seen) for item in value)
+    return size
+
+
+def _registry_bodies() -> tuple[int, int]:
+    """(bytes, count) of the bodies our registry keeps (TrackedResource.body). Allocation sites
+    say who made an object, not who keeps it alive: kopf parses every body it receives
+    (kopf/_cogs/clients/api.py), and our registry may be what holds it."""
+    registry = sys.modules.get("jetstream_operator.handlers.registry")
+    if registry is None:
+        return 0, 0
+    seen: set[int] = set()
+    held = count = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, registry.TrackedResource):
+            count += 1
+            held += _deep_size(obj.body, seen)
+    return held, count
 
 
 def _dump(_signum: int, _frame: FrameType | None) -> None:
@@ -69,7 +100,10 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
         package = owner.split("/", 1)[0]
         by_package[package] = by_package.get(package, 0) + trace.size
         by_file[owner] = by_file.get(owner, 0) + trace.size
+    held, tracked = _registry_bodies()
     result = {
+        "registry_bodies": held,
+        "registry_resources": tracked,
         "total": total,
         "by_package": by_package,
         "by_file": by_file,
