@@ -154,6 +154,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                     for target in memo.directory.known().values()
                 ],
             ),
+            operator_settings.metrics_address,
         )
 
 
@@ -456,7 +457,9 @@ async def _check_connection(memo: kopf.Memo, spec: kopf.Spec, namespace: str, na
     if target is not None:
         for secret in connection_handlers.secret_names(spec):
             await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
-    await _switch_connection(memo, (namespace, name), target)
+        # A failed check keeps the last working target: during an outage its drift watcher
+        # goes on trying and shows the outage on the resources, and comes back by itself.
+        await _switch_connection(memo, (namespace, name), target)
     return result
 
 

@@ -94,6 +94,7 @@ def operation_of(subject: str) -> str:
     return ".".join(parts[:2]) if parts[0] in ("STREAM", "CONSUMER", "DIRECT") else parts[0]
 
 
-def serve(port: int, state: StateCollector) -> None:
+def serve(port: int, state: StateCollector, address: str = "0.0.0.0") -> None:
+    """All interfaces by default, for Prometheus in a pod; local runs pass 127.0.0.1."""
     REGISTRY.register(state)
-    start_http_server(port, addr="0.0.0.0", registry=REGISTRY)
+    start_http_server(port, addr=address, registry=REGISTRY)

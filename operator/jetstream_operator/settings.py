@@ -54,7 +54,9 @@ class OperatorSettings(BaseSettings):
     peering_lifetime: int = Field(default=60, ge=2)
     """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    """Serve Prometheus metrics on this port (all interfaces); off when unset."""
+    """Serve Prometheus metrics on this port; off when unset."""
+    metrics_address: str = "0.0.0.0"
+    """Address the metrics server binds: all interfaces in a pod; 127.0.0.1 on a workstation."""
     log_format: Literal["text", "json"] = "text"
     """Log lines as text, or as one JSON object per line for log pipelines."""
     connection_check_interval: float = Field(default=10.0, gt=0)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
+from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
@@ -90,3 +92,48 @@ async def test_a_rejected_stream_warns_once_backs_off_and_recovers_when_fixed(
 
 async def _ready(resources: Resources, name: str) -> bool:
     return is_ready(resources.get("streams", name))
+
+
+async def test_an_outage_shows_as_reconciling_on_ready_resources_and_clears(
+    resources: Resources, namespace: str, tmp_path: Path, operator_process: OperatorProcess
+) -> None:
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    try:
+        resources.create(
+            "natsconnections",
+            {
+                "kind": "NatsConnection",
+                "metadata": {"name": "own"},
+                "spec": {"servers": [server.url]},
+            },
+        )
+        name = namespace.replace("-", "_").upper()
+        resources.create(
+            "streams",
+            {
+                "kind": "Stream",
+                "metadata": {"name": "steady"},
+                "spec": {"name": name, "connectionRef": "own"},
+            },
+        )
+        await eventually(lambda: _ready(resources, "steady"), timeout=30)
+        server.stop()
+
+        async def shows_outage() -> bool:
+            resource = resources.get("streams", "steady")
+            return (
+                condition(resource).get("status") == "False"
+                and condition(resource, "Reconciling").get("status") == "True"
+                and condition(resource, "Stalled").get("status") == "False"
+            )
+
+        try:
+            await eventually(shows_outage, timeout=40)
+        except AssertionError:
+            print("STATUS", (resources.get("streams", "steady") or {}).get("status"))
+            raise
+        server.start()
+        await eventually(lambda: _ready(resources, "steady"), timeout=40)
+    finally:
+        server.stop()

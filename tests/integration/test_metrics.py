@@ -24,6 +24,7 @@ def metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
     with operator_variant(
         operator_process,
         JETSTREAM_OPERATOR_METRICS_PORT=str(port),
+        JETSTREAM_OPERATOR_METRICS_ADDRESS="127.0.0.1",
         JETSTREAM_OPERATOR_LOG_FORMAT="json",
     ):
         yield f"http://127.0.0.1:{port}/metrics"

@@ -36,11 +36,14 @@ from .registry import (
     consumer_stream,
     consumers_of,
 )
-from .results import Result, paused
+from .results import Result, paused, unavailable
 from .status_writes import StatusBudget, status_patch
 
 logger = logging.getLogger(__name__)
 
+OUTAGE_GRACE = 15.0
+"""Seconds NATS may be unreachable before resources show it (at most three resyncs): a blip
+writes nothing."""
 RECOUNT_GATHER = 0.5
 """Seconds to let consumer advisories gather before refreshing their streams' counts."""
 RECOUNT_BY_INFO = 8
@@ -151,6 +154,7 @@ class DriftWatcher:
         next_resync = 0.0
         loop = asyncio.get_running_loop()
         interval = self._settings.resync_interval
+        outage_since, outage_shown = 0.0, False
         while True:
             if self._may_act is not None and not await self._may_act():
                 # A standby replica: kopf has paused its handlers, and so do we.
@@ -182,9 +186,16 @@ class DriftWatcher:
             except JetStreamUnavailable as error:
                 logger.warning("drift check postponed: %s", error)
                 next_resync = loop.time() + min(interval, 5.0)
+                outage_since = outage_since or loop.time()
+                grace = min(OUTAGE_GRACE, 3 * interval)
+                if not outage_shown and loop.time() - outage_since >= grace:
+                    outage_shown = True
+                    await self._show_outage(error)
             except Exception:  # the watcher must outlive any single failure
                 logger.exception("drift check failed; retrying")
                 next_resync = loop.time() + min(interval, 5.0)
+            else:
+                outage_since, outage_shown = 0.0, False
             self._wakeup.clear()
             if self._pending_streams or self._pending_consumers or self._recount:
                 continue
@@ -195,6 +206,27 @@ class DriftWatcher:
                 wake_at = min(wake_at, loop.time() + max(0.0, retry_at - self._failures.clock()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), max(0.05, wake_at - loop.time()))
+
+    async def _show_outage(self, error: JetStreamUnavailable) -> None:
+        """NATS has not answered for a while: every resource of this connection says so
+        (Reconciling, not Stalled), once per outage; the first resync afterwards says Ready."""
+        result = unavailable(error)
+        for kind, registry in ((STREAM, self._streams), (CONSUMER, self._consumers)):
+            for resource in registry:
+                if not needs_care(resource) or not self.belongs(resource):
+                    continue
+                patch = status_patch(resource, result)
+                if patch is None:
+                    continue
+                try:
+                    written = await self._writer.patch_status(
+                        kind.plural, resource.owner.namespace, resource.owner.name, patch
+                    )
+                except Exception:
+                    logger.exception("could not show the outage on %s", resource.owner.describe())
+                    continue
+                if written:
+                    resource.body = {**resource.body, "status": {**resource.status, **patch}}
 
     async def notify_stream(self, stream: str) -> None:
         self._pending_streams.add(stream)
