@@ -220,8 +220,9 @@ class Docker:
         built = self.cli("build", "--tag", tag, *args, str(context), timeout=timeout)
         if built.returncode != 0:
             raise RuntimeError(f"docker build failed:\n{(built.stdout + built.stderr)[-4000:]}")
-        # Earlier builds of the tag are left untagged; the cached layers of this one stay.
-        self.cli("image", "prune", "--force")
+        # Earlier builds are left untagged, and so is the build stage, which is the cache of the
+        # next build (the pip layer): drop only what no build used for a day.
+        self.cli("image", "prune", "--force", "--filter", "until=24h")
 
     def save(self, tag: str, destination: Path) -> Path:
         """The image as a tarball (for `ctr images import` into a node's containerd)."""
