@@ -250,7 +250,8 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
             for verb in ("get", "list", "watch", "patch", "update")
         }
         | {(GROUP, f"{kind}/status", verb) for kind in kinds for verb in ("get", "patch", "update")}
-        | {("", "events", "create"), ("", "events", "patch"), ("", "secrets", "get")}
+        | {("", "events", "create"), ("", "events", "patch")}
+        | {("", "secrets", "get"), ("", "secrets", "patch")}
         | {
             ("apiextensions.k8s.io", "customresourcedefinitions", verb)
             for verb in ("list", "watch")

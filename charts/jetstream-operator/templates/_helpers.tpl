@@ -116,6 +116,7 @@ app.kubernetes.io/part-of: jetstream-operator
 {{- if .Values.rbac.secrets }}
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  # patch: a working NatsConnection holds its Secrets with a finalizer until it is deleted
+  verbs: ["get", "patch"]
 {{- end }}
 {{- end }}
