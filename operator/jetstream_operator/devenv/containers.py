@@ -148,8 +148,11 @@ class Docker:
                 f"--data-root={self.data_root}",
                 f"--exec-root={RUN_DIR / 'docker-exec'}",
                 f"--pidfile={RUN_DIR / 'docker.pid'}",
-                # Published ports on loopback only; builds reach PyPI through the NAT bridge.
-                "--ip=127.0.0.1",
+                # No bridge, NAT or iptables rules of Docker's own on this machine: containers here
+                # only build (on the host's network, to reach PyPI) and run commands.
+                "--bridge=none",
+                "--iptables=false",
+                "--ip-masq=false",
                 "--storage-driver=overlay2",
             ],
             self.log_file,
@@ -215,9 +218,12 @@ class Docker:
             tarball.unlink(missing_ok=True)
 
     def build(self, context: Path, tag: str, *build_args: str, timeout: float = 1800) -> None:
-        """`docker build` the way a user runs it; raises with the output tail on failure."""
+        """`docker build` as a user runs it (on the host's network, as the daemon has no bridge);
+        raises with the output tail on failure."""
         args = [item for arg in build_args for item in ("--build-arg", arg)]
-        built = self.cli("build", "--tag", tag, *args, str(context), timeout=timeout)
+        built = self.cli(
+            "build", "--network=host", "--tag", tag, *args, str(context), timeout=timeout
+        )
         if built.returncode != 0:
             raise RuntimeError(f"docker build failed:\n{(built.stdout + built.stderr)[-4000:]}")
         # Earlier builds are left untagged, and so is the build stage, which is the cache of the
