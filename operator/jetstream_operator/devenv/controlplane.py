@@ -24,9 +24,14 @@ from .processes import ManagedProcess, ProcessDied, ProcessRecord, http_get, htt
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTEXT_NAME = "jetstream-operator-dev"
-# What a nodeless control plane needs of kube-controller-manager: namespaces are finalized and
-# ownerReferences honoured. Other controllers only act on pods, nodes and their workloads.
-DEFAULT_CONTROLLERS = ("namespace-controller", "garbage-collector-controller")
+# What a nodeless control plane needs of kube-controller-manager: namespaces are finalized,
+# ownerReferences honoured, and aggregated ClusterRoles (the chart's view/edit roles) filled
+# into view/edit/admin. The other controllers act on pods, nodes and their workloads.
+DEFAULT_CONTROLLERS = (
+    "namespace-controller",
+    "garbage-collector-controller",
+    "clusterrole-aggregation-controller",
+)
 # The `kubernetes` Service: the first IP of the service range, and its DNS names.
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
