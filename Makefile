@@ -63,8 +63,11 @@ integration: tools
 	$(VENV)/bin/pytest tests/integration
 
 # The fault suite at full size (make test runs it small).
+# The fault suite and the property test of generated specs at full size (make test runs both
+# small).
 chaos: tools
 	JETSTREAM_OPERATOR_FAULT_SCALE=5 $(VENV)/bin/pytest tests/integration/test_faults.py
+	JETSTREAM_OPERATOR_FUZZ_SCALE=6 $(VENV)/bin/pytest tests/integration/test_fuzzed_specs.py
 
 # Benchmarks (minutes, not part of make test); figures go into docs/benchmarks.md.
 bench: tools
