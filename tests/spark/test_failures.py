@@ -122,6 +122,7 @@ def test_publish_into_a_server_that_stops_reading_is_bounded() -> None:
             [DATA],
             subject="deaf.x",
             ackTimeout="2",
+            requestTimeout="2",  # also bounds closing the stuck connection
             maxInFlight="100000",
         )
         batch = pa.record_batch([pa.array([b"m" * 1000] * 20_000)], names=["data"])
