@@ -201,22 +201,14 @@ def consumer_configs(p: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-CREATE_ONLY = ("first_seq",)
-"""Kept out of the comparison: the operator's updates leave create-only fields out
-(reconcile/stream_config.without_create_only), so the server then stores no first_seq; it
-only ever applied at creation, and no message or sequence moves."""
-
-
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """A config without the owner record, the server's `_nats.*` bookkeeping and create-only
-    fields."""
+    """A config without the owner record and the server's `_nats.*` bookkeeping."""
     metadata = {
         key: value
         for key, value in (config.get("metadata") or {}).items()
         if key != OWNER_METADATA_KEY and not key.startswith("_nats")
     }
-    kept = {key: value for key, value in config.items() if key not in CREATE_ONLY}
-    return {**kept, "metadata": metadata}
+    return {**config, "metadata": metadata}
 
 
 async def snapshot(api: JetStreamApi, prefix: str) -> dict[str, dict[str, Any]]:

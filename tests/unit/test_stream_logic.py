@@ -164,11 +164,18 @@ def test_replicas_and_placement_change_in_separate_steps() -> None:
     assert second.config["placement"] == {"cluster": "east", "tags": ["ssd"]}
 
 
-def test_create_only_fields_are_not_sent_in_updates_nor_drift() -> None:
+def test_create_only_fields_are_kept_as_the_server_has_them_and_never_drift() -> None:
     current = server_view(desired_stream_config(spec(firstSequence=100), OWNER))
     current["first_seq"] = 100
     assert isinstance(plan_stream(spec(firstSequence=100), OWNER, {"config": current}), InSync)
-    action = plan_stream(spec(firstSequence=100, maxMsgs=3), OWNER, {"config": current})
+    # The spec's value changed: it only applied at creation, so the server's stays.
+    action = plan_stream(spec(firstSequence=7, maxMsgs=3), OWNER, {"config": current})
+    assert isinstance(action, UpdateStream) and action.config["first_seq"] == 100
+    # Left out of an update the server would drop it.
+    released = release_request(OWNER, {"config": current})
+    assert released is not None and released["first_seq"] == 100
+    fresh = server_view(desired_stream_config(spec(), OWNER))
+    action = plan_stream(spec(maxMsgs=3), OWNER, {"config": fresh})
     assert isinstance(action, UpdateStream) and "first_seq" not in action.config
 
 

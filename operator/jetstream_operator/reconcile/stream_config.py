@@ -216,9 +216,14 @@ def newer_flags_off(desired: ServerConfig, actual: ServerConfig) -> ServerConfig
     }
 
 
-def without_create_only(config: ServerConfig) -> ServerConfig:
-    """An update request: the server refuses create-only fields that differ, so leave them out."""
-    return {key: value for key, value in config.items() if key not in CREATE_ONLY_FIELDS}
+def without_create_only(config: ServerConfig, actual: ServerConfig | None = None) -> ServerConfig:
+    """An update request: the server refuses create-only fields that differ, so they carry the
+    server's own values; left out, the server would drop them (a stream's first_seq)."""
+    request = {key: value for key, value in config.items() if key not in CREATE_ONLY_FIELDS}
+    for key in CREATE_ONLY_FIELDS:
+        if (actual or {}).get(key):
+            request[key] = (actual or {})[key]
+    return request
 
 
 @dataclass(frozen=True)

@@ -128,9 +128,9 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
         return InSync()
     if spec.prevent_update and not adoptable:
         return UpdatesPrevented(differences)
-    request = without_create_only(desired)
+    request = without_create_only(desired, actual)
     if spec.sealed and not actual.get("sealed"):
-        request = without_create_only(sealing_request(spec, owner))
+        request = without_create_only(sealing_request(spec, owner), actual)
     changed = {difference.field for difference in differences}
     if {"num_replicas", "placement"} <= changed:
         # The server refuses both in one update (error 10123): replicas first, placement next.
@@ -159,7 +159,7 @@ def release_request(owner: Owner, info: dict[str, Any]) -> ServerConfig | None:
         if key != OWNER_METADATA_KEY and not key.startswith("_nats")
     }
     config["metadata"] = metadata
-    return without_create_only(config)
+    return without_create_only(config, config)
 
 
 def live_state(info: dict[str, Any]) -> dict[str, Any]:
