@@ -97,6 +97,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     budget = memo.budget = StatusBudget(
         interval=operator_settings.status_interval,
         rate=operator_settings.status_writes_per_second,
+        # A resync's worth of tokens, so the rate is what one gets, not the bucket's size.
+        burst=max(
+            operator_settings.status_writes_per_second,
+            operator_settings.status_writes_per_second * operator_settings.resync_interval,
+        ),
     )
     kubernetes = api_client()
     if operator_settings.peering:
@@ -537,7 +542,7 @@ async def recheck_connection(
         if tracked is None or tracked.deleting:
             continue
         result = await _check_connection(memo, tracked.spec, namespace or "", name or "")
-        patch = status_patch(tracked, result)
+        patch = status_patch(tracked, result, memo.budget)
         if patch is not None:
             await memo.writer.patch_status(
                 NATS_CONNECTION.plural, namespace or "", name or "", patch

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import nats
 import pytest
 from kubernetes import client
 
+from jetstream_operator import GROUP, VERSION
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
@@ -27,7 +29,10 @@ STATUS_INTERVAL = 4.0
 
 @pytest.fixture
 def cluster_operator(
-    operator_process: OperatorProcess, nats_cluster: Any, namespace: str
+    operator_process: OperatorProcess,
+    nats_cluster: Any,
+    namespace: str,
+    api_client: client.ApiClient,
 ) -> Iterator[None]:
     """The operator on the cluster, for this namespace only, with a short status interval."""
     with operator_variant(
@@ -38,6 +43,23 @@ def cluster_operator(
         JETSTREAM_OPERATOR_STATUS_INTERVAL=str(STATUS_INTERVAL),
     ):
         yield
+        # Leave the shared cluster as the next test expects it: no load of ours, every node
+        # back and current.
+        objects = client.CustomObjectsApi(api_client)
+        for plural in ("consumers", "streams"):
+            for item in objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)[
+                "items"
+            ]:
+                objects.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, item["metadata"]["name"]
+                )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(
+            objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+            for plural in ("consumers", "streams")
+        ):
+            time.sleep(0.5)
+    nats_cluster.wait_ready(timeout=120)
 
 
 def event_count(api_client: client.ApiClient, namespace: str) -> int:

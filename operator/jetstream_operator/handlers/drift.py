@@ -141,6 +141,7 @@ class DriftWatcher:
         self._failures = failures if failures is not None else FailureMemory()
         self._budget = budget
         self._recount: set[str] = set()
+        self._recount_at = 0.0
         self._pending_streams: set[str] = set()
         self._pending_consumers: set[tuple[str, str]] = set()
         self._second_looks: dict[tuple[str, str], int] = {}
@@ -180,8 +181,7 @@ class DriftWatcher:
                     await self.resync(jetstream)
                     next_resync = loop.time() + interval
                     self._recount.clear()  # the listing refreshed every stream's counts
-                elif self._recount:
-                    await asyncio.sleep(RECOUNT_GATHER)  # let a burst of advisories gather
+                elif self._recount and loop.time() >= self._recount_at:
                     await self._refresh_counts(jetstream)
             except JetStreamUnavailable as error:
                 logger.warning("drift check postponed: %s", error)
@@ -197,9 +197,11 @@ class DriftWatcher:
             else:
                 outage_since, outage_shown = 0.0, False
             self._wakeup.clear()
-            if self._pending_streams or self._pending_consumers or self._recount:
+            if self._pending_streams or self._pending_consumers:
                 continue
             wake_at = next_resync
+            if self._recount:
+                wake_at = min(wake_at, self._recount_at)
             retry_at = self._failures.next_due()
             if retry_at is not None:
                 # The memory's clock is monotonic, as is the loop's.
@@ -235,6 +237,8 @@ class DriftWatcher:
     async def notify_consumer(self, stream: str, consumer: str) -> None:
         self._pending_consumers.add((stream, consumer))
         if self._streams.with_spec("name", stream):
+            if not self._recount:  # let a burst of advisories gather, without holding repairs
+                self._recount_at = asyncio.get_running_loop().time() + RECOUNT_GATHER
             self._recount.add(stream)  # its consumer count in status is now stale
         self._wakeup.set()
 

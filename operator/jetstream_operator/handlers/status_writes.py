@@ -31,6 +31,7 @@ LIVE_COUNTERS = frozenset(
         "deliveredConsumerSeq",
         "ackFloorStreamSeq",
         "ackFloorConsumerSeq",
+        "account",  # a NatsConnection's account usage (bytes stored move with traffic)
     }
 )
 """Status fields that move with traffic rather than with anything a person did."""

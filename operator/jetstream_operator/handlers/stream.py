@@ -79,6 +79,9 @@ async def reconcile(
             match action:
                 case CreateStream(config=config):
                     info = await jetstream.create_stream(config)
+                    # The create reply lacks the cluster's view (leader, replicas): one INFO
+                    # now saves a status write later, so status is complete when Ready.
+                    info = await jetstream.stream_info(name) or info
                     events.append(_creation_event(name, drift, history))
                     if events[-1].type == "Warning":
                         outcome = Outcome(True, "RecreatedAfterLoss", events[-1].message)
