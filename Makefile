@@ -70,8 +70,10 @@ chaos: tools
 	JETSTREAM_OPERATOR_FUZZ_SCALE=6 $(VENV)/bin/pytest tests/integration/test_fuzzed_specs.py
 
 # Benchmarks (minutes, not part of make test); figures go into docs/benchmarks.md.
+# NACK runs beside ours when NACK_BIN and NACK_CRDS name its binary and CRDs (docs/benchmarks.md
+# says how to build it from its source).
 bench: tools
-	$(PY) bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000
+	$(PY) bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000 --busy 1000 --split 1000
 	$(PY) bench/spark_bench.py
 
 lint: venv
