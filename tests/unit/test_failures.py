@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jetstream_operator.handlers.failures import NO_BASIS, FailureMemory, failure_basis
 from jetstream_operator.handlers.results import Event, Result, needs_a_person, unavailable
-from jetstream_operator.nats.jsapi import JetStreamUnavailable
+from jetstream_operator.nats.jsapi import JetStreamUnavailable, is_transient
 from jetstream_operator.reconcile.conditions import Outcome
 
 
@@ -116,3 +116,11 @@ def test_due_gives_each_retry_once_in_time_order() -> None:
     clock.now = 104.0
     assert failures.due() == ["a"]
     assert failures.next_due() is None
+
+
+def test_which_jetstream_answers_are_transient() -> None:
+    assert is_transient(503, 10008)
+    assert is_transient(500, 10009)
+    assert is_transient(400, 10005, "no suitable peers for placement, peer offline")
+    assert not is_transient(400, 10005, "no suitable peers for placement, insufficient peers")
+    assert not is_transient(400, 10058, "stream name already in use with a different config")

@@ -75,8 +75,15 @@ class JetStreamUnavailable(Exception):
     Never the spec's fault, so callers report Reconciling and retry."""
 
 
-def is_transient(code: int, err_code: int) -> bool:
+NO_SUITABLE_PEERS = 10005
+
+
+def is_transient(code: int, err_code: int, description: str = "") -> bool:
     """Whether an API error is the cluster's momentary state, not a verdict on the request."""
+    if err_code == NO_SUITABLE_PEERS:
+        # "peer offline": a node is down and the placement fits once it is back. Other reasons
+        # (too few peers in the cluster, tags that no server has) are the spec's to change.
+        return "offline" in description.lower()
     return code == 503 or err_code in TRANSIENT_ERR_CODES
 
 
@@ -112,7 +119,7 @@ class JetStreamApi:
         if failure:
             code, err_code = int(failure.get("code", 0)), int(failure.get("err_code", 0))
             description = str(failure.get("description", "unknown error"))
-            if is_transient(code, err_code):
+            if is_transient(code, err_code, description):
                 NATS_REQUEST_ERRORS.labels(operation, "unavailable").inc()
                 raise JetStreamUnavailable(f"{description} (error {err_code})")
             NATS_REQUEST_ERRORS.labels(operation, "api_error").inc()
