@@ -170,8 +170,12 @@ class ControlPlane:
             self._apiserver.stop()
 
     def start_apiserver(self, timeout: float = 120.0) -> None:
-        """Bring the API back on the same port with the same data."""
+        """Bring the API back on the same port with the same data, and kube-controller-manager
+        too if it exited meanwhile (it exits when the API goes away during its own start-up)."""
         self._start_apiserver(ensure_tools(["kube-apiserver"])["kube-apiserver"], timeout)
+        if self._controller_manager is not None and not self._controller_manager.running:
+            binary = ensure_tools(["kube-controller-manager"])["kube-controller-manager"]
+            self._start_controller_manager(binary, timeout)
 
     def restart_apiserver(self, timeout: float = 120.0) -> None:
         self.stop_apiserver()
