@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from . import GROUP, VERSION, metrics
-from .api.kinds import CONSUMER, NATS_CONNECTION, STREAM, ResourceKind
+from .api.kinds import CONSUMER, NATS_CONNECTION, ResourceKind
 from .api.status import LAST_HANDLED_FIELD
 from .handlers import connection as connection_handlers
 from .handlers import consumer as consumer_handlers
@@ -26,6 +26,7 @@ from .handlers.registry import (
     ConnectionKey,
     ResourceRegistry,
     consumer_stream,
+    declaring,
     ready_counts,
     spec_connection_key,
 )
@@ -37,6 +38,7 @@ from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
+from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
 from .reconcile.conditions import Outcome
 from .reconcile.ownership import Owner
 from .settings import OperatorSettings, default_target
@@ -83,7 +85,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         settings.peering.standalone = True
     memo.settings = operator_settings
     memo.pool = ConnectionPool(request_timeout=operator_settings.nats_request_timeout)
-    memo.streams = ResourceRegistry()
+    memo.backed = {kind.resource.kind: ResourceRegistry() for kind in STREAM_BACKED}
+    memo.streams = memo.backed[STREAM_KIND.resource.kind]
     memo.consumers = ResourceRegistry()
     memo.arrivals = StreamArrivals()
     memo.natsconnections = ResourceRegistry()
@@ -130,7 +133,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
     def make_watcher(key: ConnectionKey, target: ConnectionTarget) -> DriftWatcher:
         return DriftWatcher(
-            memo.streams,
+            _backed(memo),
             memo.consumers,
             memo.pool,
             target,
@@ -146,7 +149,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.watchers.sync(memo.directory.known())
     if operator_settings.metrics_port is not None:
         registries = {
-            STREAM.kind: memo.streams,
+            **memo.backed,
             CONSUMER.kind: memo.consumers,
             NATS_CONNECTION.kind: memo.natsconnections,
         }
@@ -211,13 +214,8 @@ RETRY_FALLBACK = 5.0
 """Seconds before kopf retries a deletion whose pass set no delay of its own."""
 
 
-@kopf.on.event(GROUP, VERSION, STREAM.plural)
-async def remember_stream(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    """Keep the registry current, so drift repair finds resources without API requests.
-
-    Async on purpose, as are the other registry handlers: kopf runs plain functions in a thread
-    pool, and the registries are read by the event loop without locks."""
-    _observe(memo, memo.streams, event)
+def _backed(memo: kopf.Memo) -> dict[StreamBackedKind, ResourceRegistry]:
+    return {kind: memo.backed[kind.resource.kind] for kind in STREAM_BACKED}
 
 
 def _observe(memo: kopf.Memo, registry: ResourceRegistry, event: kopf.RawEvent) -> None:
@@ -273,7 +271,8 @@ async def _handle(
         await asyncio.sleep(random.uniform(0.0, RESUME_SPREAD))
     memory: FailureMemory = memo.failures.for_connection(spec_connection_key(owner.namespace, spec))
     history = History(meta.get("generation"), status, memory)
-    what = f"{kind.singular} {spec.get('name') or spec.get('durableName')}"
+    named = spec.get("name") or spec.get("bucket") or spec.get("durableName")
+    what = f"{kind.singular} {named}"
     if deleting and meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true":
         result = released(what, RELEASE_ANNOTATION)
     elif not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
@@ -301,58 +300,78 @@ async def _handle(
     )
 
 
-@kopf.on.resume(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
-@kopf.on.create(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
-@kopf.on.update(GROUP, VERSION, STREAM.plural, id=HANDLER_RECONCILE)
-async def reconcile_stream(
-    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
-) -> None:
-    async def work(
-        jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
-    ) -> Result:
-        result = await stream_handlers.reconcile(
-            spec, owner, jetstream, read_only=settings.read_only, history=history
+def _serve_stream_backed(kind: StreamBackedKind) -> None:
+    """Register the handlers of one kind holding a stream. One shape serves Stream, KeyValue
+    and ObjectStore; the kind only says how its spec becomes a stream."""
+    plural = kind.resource.plural
+
+    @kopf.on.event(GROUP, VERSION, plural)
+    async def remember(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        """Keep the registry current, so drift repair finds resources without API requests.
+
+        Async on purpose, as are the other registry handlers: kopf runs plain functions in a
+        thread pool, and the registries are read by the event loop without locks."""
+        _observe(memo, memo.backed[kind.resource.kind], event)
+
+    @kopf.on.resume(GROUP, VERSION, plural, id=HANDLER_RECONCILE)
+    @kopf.on.create(GROUP, VERSION, plural, id=HANDLER_RECONCILE)
+    @kopf.on.update(GROUP, VERSION, plural, id=HANDLER_RECONCILE)
+    async def reconcile(
+        spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
+    ) -> None:
+        async def work(
+            jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
+        ) -> Result:
+            result = await stream_handlers.reconcile(
+                kind, spec, owner, jetstream, read_only=settings.read_only, history=history
+            )
+            if any(event.reason in {"Created", "Recreated"} for event in result.events):
+                memo.arrivals.announce(str(kind.stream_name(spec)))
+            if result.outcome.ready and not settings.read_only:
+                purge = await stream_handlers.purge_if_asked(
+                    kind, spec, meta.annotations, status, jetstream
+                )
+                result = result.then(purge)
+            return result
+
+        await _handle(
+            kind.resource,
+            memo.backed[kind.resource.kind],
+            work,
+            deleting=False,
+            spec=spec,
+            meta=meta,
+            status=status,
+            memo=memo,
+            **_kopf_kwargs(kwargs),
         )
-        if any(event.reason in {"Created", "Recreated"} for event in result.events):
-            memo.arrivals.announce(str(spec.get("name")))
-        if result.outcome.ready and not settings.read_only:
-            purge = await stream_handlers.purge_if_asked(spec, meta.annotations, status, jetstream)
-            result = result.then(purge)
-        return result
 
-    await _handle(
-        STREAM,
-        memo.streams,
-        work,
-        deleting=False,
-        spec=spec,
-        meta=meta,
-        status=status,
-        memo=memo,
-        **_kopf_kwargs(kwargs),
-    )
+    @kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)
+    async def finalize(
+        spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
+    ) -> None:
+        async def work(
+            jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
+        ) -> Result:
+            return await stream_handlers.finalize(
+                kind, spec, owner, jetstream, read_only=settings.read_only
+            )
+
+        await _handle(
+            kind.resource,
+            memo.backed[kind.resource.kind],
+            work,
+            deleting=True,
+            spec=spec,
+            meta=meta,
+            status=status,
+            memo=memo,
+            **_kopf_kwargs(kwargs),
+        )
 
 
-@kopf.on.delete(GROUP, VERSION, STREAM.plural, id=HANDLER_FINALIZE)
-async def finalize_stream(
-    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
-) -> None:
-    async def work(
-        jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
-    ) -> Result:
-        return await stream_handlers.finalize(spec, owner, jetstream, read_only=settings.read_only)
-
-    await _handle(
-        STREAM,
-        memo.streams,
-        work,
-        deleting=True,
-        spec=spec,
-        meta=meta,
-        status=status,
-        memo=memo,
-        **_kopf_kwargs(kwargs),
-    )
+for _kind in STREAM_BACKED:
+    _serve_stream_backed(_kind)
 
 
 @kopf.on.event(GROUP, VERSION, CONSUMER.plural)
@@ -379,7 +398,7 @@ async def reconcile_consumer(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     async def stream_arrival(stream: str) -> bool:
-        if not memo.streams.with_spec("name", stream):
+        if not declaring(stream, _backed(memo)):
             return False  # no Stream resource will create it: nothing to wait for
         arrivals: StreamArrivals = memo.arrivals
         return await arrivals.wait(stream, STREAM_ARRIVAL_TIMEOUT)
@@ -599,10 +618,10 @@ async def finalize_connection(
 
 
 async def _connection_users(memo: kopf.Memo, namespace: str, name: str) -> list[str]:
-    """Streams and Consumers of the namespace naming this connection, read from the API."""
+    """Resources of the namespace naming this connection, read from the API."""
     writer: ResourceWriter = memo.writer
     users = []
-    for kind in (STREAM, CONSUMER):
+    for kind in (*(backed.resource for backed in STREAM_BACKED), CONSUMER):
         for item in await writer.list_objects(kind.plural, namespace):
             if (item.get("spec") or {}).get("connectionRef") == name:
                 users.append(f"{kind.kind} {item['metadata']['name']}")

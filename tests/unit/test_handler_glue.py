@@ -20,6 +20,7 @@ from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.handlers.status_writes import StatusBudget
 from jetstream_operator.nats.jsapi import JetStreamError
 from jetstream_operator.nats.pool import ConnectionTarget
+from jetstream_operator.reconcile.backed import STREAM_KIND
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
 
@@ -104,7 +105,9 @@ async def test_a_value_the_server_keeps_is_sent_once_then_reported_not_looped() 
     server = FakeJetStream(forced={"allow_rollup_hdrs": True})
     memory = FailureMemory(jitter=lambda: 1.0)
     spec = {"name": "ORDERS", "subjects": ["orders.>"]}
-    created = await stream_handlers.reconcile(spec, OWNER, server, history=history(memory))
+    created = await stream_handlers.reconcile(
+        STREAM_KIND, spec, OWNER, server, history=history(memory)
+    )
     assert created.outcome.ready is False and created.outcome.reason == "NotConverging"
     assert "allow_rollup_hdrs" in created.outcome.message
     assert [event.reason for event in created.events].count("NotConverging") == 1
@@ -112,7 +115,7 @@ async def test_a_value_the_server_keeps_is_sent_once_then_reported_not_looped() 
     sent = server.sent("UPDATE")
     for _ in range(20):
         again = await stream_handlers.reconcile(
-            spec, OWNER, server, drift=True, history=history(memory)
+            STREAM_KIND, spec, OWNER, server, drift=True, history=history(memory)
         )
         assert again.outcome.reason == "NotConverging"
         assert not [event for event in again.events if event.type == "Warning"]
@@ -123,27 +126,35 @@ async def test_a_rejected_update_is_retried_only_when_due_or_when_something_chan
     server = FakeJetStream()
     memory = FailureMemory(jitter=lambda: 1.0)
     spec = {"name": "ORDERS", "subjects": ["orders.>"]}
-    await stream_handlers.reconcile(spec, OWNER, server, history=history(memory))
+    await stream_handlers.reconcile(STREAM_KIND, spec, OWNER, server, history=history(memory))
     server.refuse = "stream configuration update can not change sealed"
     changed = {**spec, "description": "new"}
-    first = await stream_handlers.reconcile(changed, OWNER, server, history=history(memory))
+    first = await stream_handlers.reconcile(
+        STREAM_KIND, changed, OWNER, server, history=history(memory)
+    )
     assert first.outcome.reason == "ServerRejected" and first.delay is not None
     for _ in range(10):
-        await stream_handlers.reconcile(changed, OWNER, server, history=history(memory))
+        await stream_handlers.reconcile(
+            STREAM_KIND, changed, OWNER, server, history=history(memory)
+        )
     assert server.sent("UPDATE") == 1
     memory.clock = lambda: float("inf")  # the backoff ran out
-    await stream_handlers.reconcile(changed, OWNER, server, history=history(memory))
+    await stream_handlers.reconcile(STREAM_KIND, changed, OWNER, server, history=history(memory))
     assert server.sent("UPDATE") == 2
 
 
 async def test_a_restored_resource_reattaches_with_an_event() -> None:
     server = FakeJetStream()
-    await stream_handlers.reconcile({"name": "ORDERS"}, Owner("ns", "orders", "old"), server)
-    restored = await stream_handlers.reconcile({"name": "ORDERS"}, OWNER, server)
+    await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "orders", "old"), server
+    )
+    restored = await stream_handlers.reconcile(STREAM_KIND, {"name": "ORDERS"}, OWNER, server)
     assert restored.outcome.ready
     assert "Reattached" in [event.reason for event in restored.events]
     assert server.streams["ORDERS"]["metadata"][OWNER_METADATA_KEY] == OWNER.encode()
-    other = await stream_handlers.reconcile({"name": "ORDERS"}, Owner("ns", "other", "x"), server)
+    other = await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "other", "x"), server
+    )
     assert other.outcome.reason == "Conflict"
 
 
@@ -152,13 +163,13 @@ async def test_a_stream_that_vanished_holding_data_comes_back_with_a_warning() -
     memory = FailureMemory()
     shown = {"streamName": "ORDERS", "messages": 12, "firstSequence": 1, "lastSequence": 12}
     result = await stream_handlers.reconcile(
-        {"name": "ORDERS"}, OWNER, server, drift=True, history=history(memory, **shown)
+        STREAM_KIND, {"name": "ORDERS"}, OWNER, server, drift=True, history=history(memory, **shown)
     )
     warnings = [event for event in result.events if event.type == "Warning"]
     assert [event.reason for event in warnings] == ["RecreatedAfterLoss"]
     assert "12 messages" in warnings[0].message and "1..12" in warnings[0].message
     quiet = await stream_handlers.reconcile(
-        {"name": "ORDERS2"}, OWNER, server, drift=True, history=history(memory)
+        STREAM_KIND, {"name": "ORDERS2"}, OWNER, server, drift=True, history=history(memory)
     )
     assert [event.reason for event in quiet.events] == ["Recreated"]
 
@@ -167,7 +178,7 @@ def watcher(
     streams: ResourceRegistry, writer: RecordingWriter, memory: FailureMemory
 ) -> DriftWatcher:
     return DriftWatcher(
-        streams,
+        {STREAM_KIND: streams},
         ResourceRegistry(),
         pool=None,  # type: ignore[arg-type]  # resync() is called with the JetStream directly
         target=ConnectionTarget(("nats://127.0.0.1:4222",)),

@@ -59,7 +59,15 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
     thread mutating one made drift repair fail with 'dictionary changed size')."""
     import inspect
 
-    from jetstream_operator import main
+    import kopf
 
-    for handler in (main.remember_stream, main.remember_consumer, main.remember_connection):
-        assert inspect.iscoroutinefunction(handler), handler
+    from jetstream_operator import main  # registers the handlers
+
+    registry = kopf.get_default_registry()
+    plurals = set()
+    for handler in registry._watching.get_all_handlers():
+        assert handler.selector is not None
+        plurals.add(handler.selector.any_name)
+        assert inspect.iscoroutinefunction(handler.fn), handler
+    kinds = (*(backed.resource for backed in main.STREAM_BACKED), main.CONSUMER)
+    assert plurals >= {kind.plural for kind in kinds} | {"natsconnections"}

@@ -9,6 +9,8 @@ from pydantic import BaseModel
 from .. import GROUP, VERSION
 from .connection import NatsConnectionSpec, NatsConnectionStatus
 from .consumer import ConsumerSpec, ConsumerStatus
+from .keyvalue import KeyValueSpec, KeyValueStatus
+from .objectstore import ObjectStoreSpec, ObjectStoreStatus
 from .stream import StreamSpec, StreamStatus
 
 
@@ -113,4 +115,42 @@ NATS_CONNECTION = ResourceKind(
     ),
 )
 
-ALL_KINDS: tuple[ResourceKind, ...] = (STREAM, CONSUMER, NATS_CONNECTION)
+KEY_VALUE = ResourceKind(
+    kind="KeyValue",
+    plural="keyvalues",
+    spec_model=KeyValueSpec,
+    status_model=KeyValueStatus,
+    description="A NATS JetStream Key-Value bucket managed by jetstream-operator.",
+    short_names=("jskv",),
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Bucket", ".spec.bucket"),
+        PrinterColumn("Keys", ".status.keys", type="integer"),
+        PrinterColumn("Values", ".status.values", type="integer"),
+        PrinterColumn("Bytes", ".status.bytes", type="integer"),
+        PrinterColumn("History", ".status.history", type="integer", priority=1),
+        PrinterColumn("Replicas", ".spec.replicas", type="integer"),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
+OBJECT_STORE = ResourceKind(
+    kind="ObjectStore",
+    plural="objectstores",
+    spec_model=ObjectStoreSpec,
+    status_model=ObjectStoreStatus,
+    description="A NATS JetStream Object Store managed by jetstream-operator.",
+    short_names=("jsobj",),
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Bucket", ".spec.bucket"),
+        PrinterColumn("Objects", ".status.objects", type="integer"),
+        PrinterColumn("Bytes", ".status.bytes", type="integer"),
+        PrinterColumn("Replicas", ".spec.replicas", type="integer"),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
+ALL_KINDS: tuple[ResourceKind, ...] = (STREAM, CONSUMER, NATS_CONNECTION, KEY_VALUE, OBJECT_STORE)

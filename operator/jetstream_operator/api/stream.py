@@ -19,6 +19,7 @@ StreamName = Annotated[str, Field(min_length=1, max_length=255, pattern=STREAM_N
 Subject = Annotated[str, Field(min_length=1, max_length=1024)]
 Limit = Annotated[int, Field(ge=-1)]
 ShortText = Annotated[str, Field(max_length=4096)]
+Metadata = dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=4096)]]
 
 
 class SubjectTransform(ResourceModel):
@@ -124,29 +125,73 @@ def _never_turned_off(field: str) -> str:
     return f"!(has(oldSelf.{field}) && oldSelf.{field}) || (has(self.{field}) && self.{field})"
 
 
+ConnectionRef = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]
+
+
+def connection_ref_rule(kind: str) -> JsonValue:
+    return cel(
+        _unchanged("connectionRef"),
+        "spec.connectionRef is immutable: the object would be left behind on the old system; "
+        f"create a new {kind} resource for the other connection",
+    )
+
+
+def storage_rule() -> JsonValue:
+    return cel(
+        # Left out, storage follows the object in NATS; written later, it must be what was
+        # there: the old value, or file (the default of an object this operator created).
+        "!has(self.storage) || self.storage == (has(oldSelf.storage) ? oldSelf.storage : 'file')",
+        "spec.storage cannot change after creation: create a new one and move the data",
+    )
+
+
+def mirror_rule() -> JsonValue:
+    return cel(
+        "!has(self.mirror) || (has(oldSelf.mirror) && self.mirror == oldSelf.mirror)",
+        "spec.mirror cannot be added or changed after creation; it may only be removed "
+        "(which promotes the mirror to a normal stream)",
+    )
+
+
+class StreamBackedSpec(ResourceModel):
+    """What every kind holding one JetStream stream (Stream, KeyValue, ObjectStore) has in common:
+    how the resource relates to the object in NATS, not what the object holds."""
+
+    deletion_policy: Literal["Delete", "Retain"] | None = None
+    """On deleting the resource: Delete the object in NATS and its data (default) or Retain
+    them."""
+    prevent_delete: bool = False
+    """NACK's spelling of deletionPolicy: Retain."""
+    prevent_update: bool = False
+    """NACK's switch to create the object but never update it afterwards."""
+    adoption: Literal["Never", "IfUnowned"] = "Never"
+    """Take over an object that already exists in NATS and has no owner (IfUnowned), or never."""
+    connection_ref: ConnectionRef | None = None
+    """NatsConnection in this namespace to use; unset for the operator's default connection."""
+
+    def retains_data(self) -> bool:
+        """Whether deleting the resource must leave the object in NATS."""
+        if self.deletion_policy is not None:
+            return self.deletion_policy == "Retain"
+        return self.prevent_delete
+
+
 STREAM_RULES: list[JsonValue] = [
     cel(
         "self.name == oldSelf.name",
         "spec.name is immutable: create a new Stream resource for the new name "
         "(renaming would orphan the old stream)",
     ),
-    cel(
-        # Left out, storage follows the stream in NATS; written later, it must be what was
-        # there: the old value, or file (the default of a stream this operator created).
-        "!has(self.storage) || self.storage == (has(oldSelf.storage) ? oldSelf.storage : 'file')",
-        "spec.storage cannot change on an existing stream: create a new stream and move the data",
-    ),
+    storage_rule(),
     cel(
         "!has(self.retention) || "
         "(self.retention == 'workqueue') == (has(oldSelf.retention) && "
         "oldSelf.retention == 'workqueue')",
         "spec.retention cannot change to or from workqueue; only limits <-> interest is allowed",
     ),
-    cel(
-        "!has(self.mirror) || (has(oldSelf.mirror) && self.mirror == oldSelf.mirror)",
-        "spec.mirror cannot be added or changed on an existing stream; it may only be removed "
-        "(which promotes the mirror to a normal stream)",
-    ),
+    mirror_rule(),
     cel(_unchanged("firstSequence"), "spec.firstSequence applies only when the stream is created"),
     cel(_never_turned_off("sealed"), "a sealed stream cannot be unsealed"),
     cel(_never_turned_off("denyDelete"), "spec.denyDelete cannot be turned off once on"),
@@ -162,11 +207,7 @@ STREAM_RULES: list[JsonValue] = [
         "spec.allowMsgCounter cannot change after creation",
     ),
     cel(_unchanged("persistMode"), "spec.persistMode cannot change after creation"),
-    cel(
-        _unchanged("connectionRef"),
-        "spec.connectionRef is immutable: the stream would be left behind on the old system; "
-        "create a new Stream resource for the other connection",
-    ),
+    connection_ref_rule("Stream"),
 ]
 
 
@@ -235,7 +276,7 @@ SPEC_RULES: list[JsonValue] = [
 ]
 
 
-class StreamSpec(ResourceModel):
+class StreamSpec(StreamBackedSpec):
     """Desired state of a JetStream stream. Fields left out take the server's defaults."""
 
     model_config = ConfigDict(
@@ -326,31 +367,8 @@ class StreamSpec(ResourceModel):
     """File store write mode (server 2.12+): default (synced) or async. Set only at creation."""
     consumer_limits: ConsumerLimits | None = None
     """Defaults and ceilings applied to the stream's consumers."""
-    metadata: dict[
-        Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=4096)]
-    ] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     """Free key/value pairs stored with the stream (server 2.10+)."""
-    deletion_policy: Literal["Delete", "Retain"] | None = None
-    """On deleting the resource: Delete the stream and its data (default) or Retain them."""
-    prevent_delete: bool = False
-    """NACK's spelling of deletionPolicy: Retain."""
-    prevent_update: bool = False
-    """NACK's switch to create the stream but never update it afterwards."""
-    adoption: Literal["Never", "IfUnowned"] = "Never"
-    """Take over a stream that already exists and has no owner (IfUnowned), or never do."""
-    connection_ref: (
-        Annotated[
-            str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-        ]
-        | None
-    ) = None
-    """NatsConnection in this namespace to use; unset for the operator's default connection."""
-
-    def retains_data(self) -> bool:
-        """Whether deleting the resource must leave the stream in NATS."""
-        if self.deletion_policy is not None:
-            return self.deletion_policy == "Retain"
-        return self.prevent_delete
 
 
 class ReplicaState(ResourceModel):
@@ -383,21 +401,13 @@ class LastPurge(ResourceModel):
     """Why NATS refused the purge, if it did."""
 
 
-class StreamStatus(OperatorStatus):
-    """Observed state of the stream, written only by the operator."""
+class StreamBackedStatus(OperatorStatus):
+    """What the status of every kind holding one JetStream stream shows."""
 
     stream_name: str | None = None
     """The name of the stream in NATS that this resource manages."""
-    messages: int | None = None
-    """Messages stored now."""
     bytes: int | None = None
     """Bytes stored now."""
-    first_sequence: int | None = None
-    """Sequence of the oldest message stored."""
-    last_sequence: int | None = None
-    """Sequence of the newest message stored."""
-    consumer_count: int | None = None
-    """Consumers of the stream on the server."""
     replicas: int | None = None
     """Replicas the server reports for the stream."""
     cluster: str | None = None
@@ -407,4 +417,17 @@ class StreamStatus(OperatorStatus):
     replica_states: list[ReplicaState] = Field(default_factory=list)
     """Each follower replica: current or lagging."""
     last_purge: LastPurge | None = None
-    """The last purge handled."""
+    """The last purge handled (the jetstream-operator.io/purge annotation)."""
+
+
+class StreamStatus(StreamBackedStatus):
+    """Observed state of the stream, written only by the operator."""
+
+    messages: int | None = None
+    """Messages stored now."""
+    first_sequence: int | None = None
+    """Sequence of the oldest message stored."""
+    last_sequence: int | None = None
+    """Sequence of the newest message stored."""
+    consumer_count: int | None = None
+    """Consumers of the stream on the server."""

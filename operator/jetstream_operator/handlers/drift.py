@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import API_VERSION, metrics
-from ..api.kinds import CONSUMER, STREAM, ResourceKind
+from ..api.kinds import CONSUMER, ResourceKind
 from ..k8s.status import ResourceWriter
 from ..nats.advisories import subscribe_changes
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
+from ..reconcile.backed import STREAM_KIND, StreamBackedKind
 from . import consumer as consumer_handlers
 from . import stream as stream_handlers
 from .failures import FailureMemory, History
@@ -35,6 +36,7 @@ from .registry import (
     connection_key,
     consumer_stream,
     consumers_of,
+    declaring,
 )
 from .results import Result, paused, unavailable
 from .status_writes import StatusBudget, status_patch
@@ -114,12 +116,12 @@ class ConsumerSweep:
 
 
 class DriftWatcher:
-    """Keeps every Stream's and Consumer's server state and live status current, on one NATS
-    connection."""
+    """Keeps every resource's server state and live status current, on one NATS connection:
+    the kinds holding a stream (Stream, KeyValue, ObjectStore) and Consumers."""
 
     def __init__(
         self,
-        streams: ResourceRegistry,
+        backed: Mapping[StreamBackedKind, ResourceRegistry],
         consumers: ResourceRegistry,
         pool: ConnectionPool,
         target: ConnectionTarget,
@@ -130,7 +132,9 @@ class DriftWatcher:
         failures: FailureMemory | None = None,
         budget: StatusBudget | None = None,
     ) -> None:
-        self._streams = streams
+        self._backed = dict(backed)
+        self._by_resource = {kind.resource.kind: kind for kind in self._backed}
+        self._streams = self._backed[STREAM_KIND]
         self._consumers = consumers
         self._pool = pool
         self._target = target
@@ -213,7 +217,7 @@ class DriftWatcher:
         """NATS has not answered for a while: every resource of this connection says so
         (Reconciling, not Stalled), once per outage; the first resync afterwards says Ready."""
         result = unavailable(error)
-        for kind, registry in ((STREAM, self._streams), (CONSUMER, self._consumers)):
+        for kind, registry in self._registries():
             for resource in registry:
                 if not needs_care(resource) or not self.belongs(resource):
                     continue
@@ -230,6 +234,10 @@ class DriftWatcher:
                 if written:
                     resource.body = {**resource.body, "status": {**resource.status, **patch}}
 
+    def _registries(self) -> list[tuple[ResourceKind, ResourceRegistry]]:
+        kinds = [(kind.resource, registry) for kind, registry in self._backed.items()]
+        return [*kinds, (CONSUMER, self._consumers)]
+
     async def notify_stream(self, stream: str) -> None:
         self._pending_streams.add(stream)
         self._wakeup.set()
@@ -245,7 +253,7 @@ class DriftWatcher:
     async def _retry_due(self, jetstream: JetStreamApi) -> None:
         """Retry the failures whose backoff has run out."""
         for uid in self._failures.due():
-            for kind, registry in ((STREAM, self._streams), (CONSUMER, self._consumers)):
+            for kind, registry in self._registries():
                 resource = registry.get(uid)
                 if resource is None:
                     continue
@@ -266,7 +274,7 @@ class DriftWatcher:
             if info is None:
                 continue
             for resource in self._streams.with_spec("name", name):
-                await self._repair(STREAM, resource, jetstream, info)
+                await self._repair(STREAM_KIND.resource, resource, jetstream, info)
 
     def _look_again(self, stream: str, consumer: str, delay: float = 1.0) -> None:
         key = (stream, consumer)
@@ -286,8 +294,8 @@ class DriftWatcher:
         streams, self._pending_streams = self._pending_streams, set()
         consumers, self._pending_consumers = self._pending_consumers, set()
         for name in streams:
-            for resource in self._streams.with_spec("name", name):
-                await self._repair(STREAM, resource, jetstream, None)
+            for kind, resource in declaring(name, self._backed):
+                await self._repair(kind.resource, resource, jetstream, None)
             # A stream that came back (or went) takes its consumers with it.
             consumers |= {(name, durable) for durable in self._durables_on(name)}
         for stream, durable in consumers:
@@ -313,10 +321,11 @@ class DriftWatcher:
         infos = {
             str(info.get("config", {}).get("name")): info for info in await jetstream.list_streams()
         }
-        for resource in self._streams:
-            name = resource.spec_text("name")
-            if name is not None:
-                await self._repair(STREAM, resource, jetstream, infos.get(name))
+        for kind, registry in self._backed.items():
+            for resource in registry:
+                name = kind.stream_name(resource.spec)
+                if name is not None:
+                    await self._repair(kind.resource, resource, jetstream, infos.get(name))
         by_stream: dict[str, list[TrackedResource]] = {}
         for resource in self._consumers:
             if not self.belongs(resource):
@@ -349,8 +358,10 @@ class DriftWatcher:
     ) -> Result:
         read_only = self._settings.read_only
         history = History(resource.generation, resource.status, self._failures)
-        if kind is STREAM:
+        backed = self._by_resource.get(kind.kind)
+        if backed is not None:
             return await stream_handlers.reconcile(
+                backed,
                 resource.spec,
                 resource.owner,
                 jetstream,

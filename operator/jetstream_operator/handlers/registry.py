@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..reconcile.backed import StreamBackedKind
 from ..reconcile.ownership import Owner
 
 
@@ -55,7 +56,7 @@ class TrackedResource:
         return bool(self.status.get("conditions"))
 
 
-INDEXED_SPEC_KEYS = ("name", "durableName", "streamName", "streamRef")
+INDEXED_SPEC_KEYS = ("name", "bucket", "durableName", "streamName", "streamRef")
 """Spec fields looked up by value on every handler call and advisory; indexed so a lookup does
 not scan thousands of resources."""
 
@@ -136,6 +137,18 @@ class ResourceRegistry:
 
     def __len__(self) -> int:
         return len(self._by_uid)
+
+
+def declaring(
+    stream: str, backed: Mapping[StreamBackedKind, ResourceRegistry]
+) -> list[tuple[StreamBackedKind, TrackedResource]]:
+    """The resources, of every kind holding a stream, that declare this NATS stream."""
+    found = []
+    for kind, registry in backed.items():
+        name = kind.name_in_stream(stream)
+        if name is not None:
+            found += [(kind, resource) for resource in registry.with_spec(kind.name_field, name)]
+    return found
 
 
 def consumers_of(

@@ -1,4 +1,8 @@
-"""Reconcile and finalize one Stream resource."""
+"""Reconcile and finalize one resource holding a stream: a Stream, KeyValue or ObjectStore.
+
+The kind (reconcile.backed) says how its spec becomes a stream and what its status shows; the
+rest, from ownership to backoff, is the same for all of them.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..api.stream import StreamSpec
 from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
+from ..reconcile.backed import StreamBackedKind
 from ..reconcile.conditions import Outcome, now_rfc3339
+from ..reconcile.live_state import object_count_request
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.stream_plan import (
@@ -18,7 +23,6 @@ from ..reconcile.stream_plan import (
     OwnedElsewhere,
     UpdatesPrevented,
     UpdateStream,
-    live_state,
     may_delete,
     plan_stream,
     release_request,
@@ -41,6 +45,7 @@ _MAX_STEPS = 4  # a create or update, a placement change the server wants on its
 
 
 async def reconcile(
+    kind: StreamBackedKind,
     spec: Mapping[str, Any],
     owner: Owner,
     jetstream: JetStreamApi,
@@ -58,13 +63,14 @@ async def reconcile(
     distinct failure, and the guard against sending the same update twice.
     """
     try:
-        stream_spec = StreamSpec.model_validate(dict(spec))
+        stream_spec = kind.stream_spec(spec)
     except ValidationError as error:
         result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
         return _settled(history, owner, None, result)
     name = stream_spec.name
+    what = kind.describe(spec)
     events: list[Event] = []
-    outcome = Outcome(True, "Synced", f"stream {name} matches the spec")
+    outcome = Outcome(True, "Synced", f"{what} matches the spec")
     info: dict[str, Any] | None = None
     try:
         info = dict(known_info) if known_info is not None else await jetstream.stream_info(name)
@@ -75,14 +81,14 @@ async def reconcile(
         for _ in range(_MAX_STEPS):
             action = plan_stream(stream_spec, owner, info)
             if read_only and isinstance(action, CreateStream | UpdateStream):
-                return _read_only_result(name, action, info)
+                return _read_only_result(kind, what, action, info)
             match action:
                 case CreateStream(config=config):
                     info = await jetstream.create_stream(config)
                     # The create reply lacks the cluster's view (leader, replicas): one INFO
                     # now saves a status write later, so status is complete when Ready.
                     info = await jetstream.stream_info(name) or info
-                    events.append(_creation_event(name, drift, history))
+                    events.append(_creation_event(kind, spec, name, drift, history))
                     if events[-1].type == "Warning":
                         outcome = Outcome(True, "RecreatedAfterLoss", events[-1].message)
                     continue  # the server may have stored something else: look again
@@ -91,32 +97,57 @@ async def reconcile(
                     if history is not None and history.memory.repeats(
                         owner.uid, actual, action.config
                     ):
-                        result = not_converging(f"stream {name}", action.summary())
+                        result = not_converging(what, action.summary())
                         return _settled(history, owner, info, result)
                     recorded = recorded_owner(actual)
                     info = await jetstream.update_stream(action.config)
                     if recorded is None:
-                        events.append(Event("Normal", "Adopted", f"adopted stream {name}"))
+                        events.append(Event("Normal", "Adopted", f"adopted {what}"))
                     elif owner.reattaching(recorded):
-                        events.append(reattached_event(f"stream {name}", recorded, owner))
+                        events.append(reattached_event(what, recorded, owner))
                     reason = "DriftRepaired" if drift else "Updated"
                     events.append(Event("Normal", reason, f"{name}: {action.summary()}"))
                     continue
                 case OwnedElsewhere():
-                    result = needs_a_person("Conflict", action.message())
+                    message = action.message(
+                        kind.describe_with_stream(spec, quoted=True), kind.name_field
+                    )
+                    result = needs_a_person("Conflict", message)
                     return _settled(history, owner, info, result)
                 case UpdatesPrevented(differences=differences):
                     fields = ", ".join(d.field for d in differences)
-                    outcome = updates_prevented(f"stream {name}", fields)
+                    outcome = updates_prevented(what, fields)
                 case InSync():
                     pass
             break
     except JetStreamUnavailable as error:
         return _settled(history, owner, info, unavailable(error))
     except JetStreamError as error:
-        return _settled(history, owner, info, server_rejected("stream", error, events))
+        return _settled(history, owner, info, server_rejected(kind.noun, error, events))
     assert info is not None
-    return _settled(history, owner, info, Result(outcome, status=live_state(info), events=events))
+    status = kind.live_state(info)
+    if kind.counts_objects:
+        status.update(await _object_count(jetstream, spec, info, history))
+    return _settled(history, owner, info, Result(outcome, status=status, events=events))
+
+
+async def _object_count(
+    jetstream: JetStreamApi,
+    spec: Mapping[str, Any],
+    info: Mapping[str, Any],
+    history: History | None,
+) -> dict[str, Any]:
+    """An object store's object count, asked again only when its stream has new messages; the
+    sequence it was counted at is kept beside it."""
+    last = (info.get("state") or {}).get("last_seq", 0)
+    shown = history.status if history is not None else {}
+    if shown.get("objects") is not None and shown.get("lastSequence") == last:
+        return {"objects": shown["objects"], "lastSequence": last}
+    counted = await jetstream.stream_info(
+        str((info.get("config") or {}).get("name")),
+        object_count_request(str(spec.get("bucket"))),
+    )
+    return {"objects": int((counted or {}).get("total") or 0), "lastSequence": last}
 
 
 def _basis(history: History, info: Mapping[str, Any] | None) -> Basis:
@@ -133,38 +164,52 @@ def _settled(
     )
 
 
-def _creation_event(name: str, drift: bool, history: History | None) -> Event:
+def _creation_event(
+    kind: StreamBackedKind,
+    spec: Mapping[str, Any],
+    name: str,
+    drift: bool,
+    history: History | None,
+) -> Event:
     """A stream created where the resource's status shows it existed before lost whatever it
     held: say so loudly, with what status last showed."""
     status = history.status if history is not None else {}
+    counts = [
+        f"{int(status[key])} {key}" for key in ("messages", "values", "objects") if status.get(key)
+    ]
     last_sequence = int(status.get("lastSequence") or 0)
-    messages = int(status.get("messages") or 0)
-    if status.get("streamName") == name and (last_sequence or messages):
+    if last_sequence:
+        counts.append(f"sequences {status.get('firstSequence', 0)}..{last_sequence}")
+    if status.get("streamName") == name and (counts or status.get("bytes")):
         return Event(
             "Warning",
             "RecreatedAfterLoss",
-            f"stream {name} vanished from NATS and was created again, empty: it last held "
-            f"{messages} messages, sequences {status.get('firstSequence', 0)}..{last_sequence} "
-            f"({status.get('bytes', 0)} bytes); restore them from a backup if they matter",
+            f"{kind.describe_with_stream(spec)} vanished from NATS and was created again, "
+            f"empty: it last held {', '.join(counts)} ({status.get('bytes', 0)} bytes); "
+            "restore the data from a backup if it matters",
         )
     reason = "Recreated" if drift or status.get("streamName") == name else "Created"
-    return Event("Normal", reason, f"created stream {name}")
+    return Event("Normal", reason, f"created {kind.describe(spec)}")
 
 
 def _read_only_result(
-    name: str, action: CreateStream | UpdateStream, info: dict[str, Any] | None
+    kind: StreamBackedKind,
+    what: str,
+    action: CreateStream | UpdateStream,
+    info: dict[str, Any] | None,
 ) -> Result:
     if isinstance(action, CreateStream):
-        message = f"stream {name} does not exist; not created because the operator is read-only"
+        message = f"{what} does not exist; not created because the operator is read-only"
     else:
-        message = f"stream {name} differs ({action.summary()}); not updated: read-only operator"
+        message = f"{what} differs ({action.summary()}); not updated: read-only operator"
     return Result(
         Outcome(False, "ReadOnly", message, stalled=True),
-        status=live_state(info) if info else {},
+        status=kind.live_state(info) if info else {},
     )
 
 
 async def purge_if_asked(
+    kind: StreamBackedKind,
     spec: Mapping[str, Any],
     annotations: Mapping[str, str],
     status: Mapping[str, Any],
@@ -180,7 +225,7 @@ async def purge_if_asked(
         )
     if request is None:
         return None
-    name = str(spec.get("name"))
+    name = str(kind.stream_name(spec))
     try:
         purged = await jetstream.purge_stream(name, request.body())
     except JetStreamUnavailable as error:
@@ -209,41 +254,47 @@ async def purge_if_asked(
 
 
 async def finalize(
-    spec: Mapping[str, Any], owner: Owner, jetstream: JetStreamApi, *, read_only: bool = False
+    kind: StreamBackedKind,
+    spec: Mapping[str, Any],
+    owner: Owner,
+    jetstream: JetStreamApi,
+    *,
+    read_only: bool = False,
 ) -> Result:
     """Delete the stream if this resource owns it and may delete it; leave anything else."""
-    name = spec.get("name")
-    if not isinstance(name, str) or not name:
-        return Result(Outcome(True, "Deleted", "no stream name; nothing to delete"))
+    name = kind.stream_name(spec)
+    if name is None:
+        return Result(Outcome(True, "Deleted", f"no {kind.name_field}; nothing to delete"))
+    what = kind.describe(spec)
     if read_only:
-        return Result(Outcome(True, "ReadOnly", f"stream {name} left in NATS: read-only operator"))
+        return Result(Outcome(True, "ReadOnly", f"{what} left in NATS: read-only operator"))
     try:
-        retain = StreamSpec.model_validate(dict(spec)).retains_data()
+        retain = kind.stream_spec(spec).retains_data()
     except ValidationError:
         retain = True  # when in doubt, keep the data
     try:
         info = await jetstream.stream_info(name)
         if not may_delete(owner, info):
             reason = "AlreadyGone" if info is None else "NotOwned"
-            return Result(Outcome(True, reason, f"stream {name} not deleted: {reason}"))
+            return Result(Outcome(True, reason, f"{what} not deleted: {reason}"))
         assert info is not None
         if retain:
             release = release_request(owner, info)
             if release is not None:
                 await jetstream.update_stream(release)
-            message = f"stream {name} retained in NATS (deletionPolicy: Retain)"
+            message = f"{what} retained in NATS (deletionPolicy: Retain)"
             return Result(
                 Outcome(True, "Retained", message), events=[Event("Normal", "Retained", message)]
             )
         await jetstream.delete_stream(name)
     except JetStreamUnavailable as error:
-        return deletion_blocked(f"stream {name}", error)
+        return deletion_blocked(what, error)
     except JetStreamError as error:
         return Result(
-            Outcome(False, "DeletionFailed", f"NATS refused to delete stream {name}: {error}"),
+            Outcome(False, "DeletionFailed", f"NATS refused to delete {what}: {error}"),
             retry=True,
         )
     return Result(
-        Outcome(True, "Deleted", f"deleted stream {name}"),
-        events=[Event("Normal", "Deleted", f"deleted stream {name}")],
+        Outcome(True, "Deleted", f"deleted {what}"),
+        events=[Event("Normal", "Deleted", f"deleted {what}")],
     )

@@ -126,10 +126,13 @@ class JetStreamApi:
             raise JetStreamError(code, err_code, description)
         return answer
 
-    async def stream_info(self, name: str) -> dict[str, Any] | None:
-        """The stream's info (config, state, cluster), or None when it does not exist."""
+    async def stream_info(
+        self, name: str, details: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """The stream's info (config, state, cluster), or None when it does not exist.
+        `details` asks for more (subjects_filter, deleted_details)."""
         try:
-            return await self.request(f"STREAM.INFO.{name}")
+            return await self.request(f"STREAM.INFO.{name}", details)
         except JetStreamError as error:
             if error.err_code == STREAM_NOT_FOUND:
                 return None

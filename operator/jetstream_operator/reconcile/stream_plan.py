@@ -23,6 +23,8 @@ from .stream_config import (
 # memory), instead of asking for a change the user never wrote and the server refuses.
 _IMMUTABLE_FOLLOWED: dict[str, str] = {
     "storage": "storage",
+    # One-way: a bucket made by nats-py has message TTLs on, which nothing can turn off again.
+    "allow_msg_ttl": "allow_msg_ttl",
     "persist_mode": "persist_mode",
     "allow_msg_counter": "allow_msg_counter",
 }
@@ -61,16 +63,18 @@ class OwnedElsewhere:
     stream: str
     owner: Owner | None
 
-    def message(self) -> str:
+    def message(self, what: str = "", name_field: str = "name") -> str:
+        """`what` names the object as its kind does ("key-value bucket 'orders'")."""
+        what = what or f"stream {self.stream!r}"
         if self.owner is None:
             return (
-                f"stream {self.stream!r} already exists in NATS and was not created by this "
-                "operator; it is left untouched. To manage it, set spec.adoption: IfUnowned; "
-                "otherwise choose another spec.name."
+                f"{what} already exists in NATS and was not created by this operator; it is "
+                "left untouched. To manage it, set spec.adoption: IfUnowned; otherwise choose "
+                f"another spec.{name_field}."
             )
         return (
-            f"stream {self.stream!r} is managed by {self.owner.describe()}; it is left untouched. "
-            "Choose another spec.name, or delete the other resource first."
+            f"{what} is managed by {self.owner.describe()}; it is left untouched. "
+            f"Choose another spec.{name_field}, or delete the other resource first."
         )
 
 
@@ -160,29 +164,3 @@ def release_request(owner: Owner, info: dict[str, Any]) -> ServerConfig | None:
     }
     config["metadata"] = metadata
     return without_create_only(config, config)
-
-
-def live_state(info: dict[str, Any]) -> dict[str, Any]:
-    """The status fields that show the stream's live state."""
-    state = info.get("state") or {}
-    config = info.get("config") or {}
-    cluster = info.get("cluster") or {}
-    return {
-        "streamName": config.get("name"),
-        "cluster": cluster.get("name"),
-        "leader": cluster.get("leader"),
-        "replicaStates": [
-            {
-                "name": replica.get("name", ""),
-                "current": bool(replica.get("current")),
-                "lag": replica.get("lag", 0),
-            }
-            for replica in cluster.get("replicas") or []
-        ],
-        "messages": state.get("messages", 0),
-        "bytes": state.get("bytes", 0),
-        "firstSequence": state.get("first_seq", 0),
-        "lastSequence": state.get("last_seq", 0),
-        "consumerCount": state.get("consumer_count", 0),
-        "replicas": config.get("num_replicas"),
-    }

@@ -1,0 +1,62 @@
+"""What status shows of the stream behind a Stream, KeyValue or ObjectStore resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
+    config = info.get("config") or {}
+    cluster = info.get("cluster") or {}
+    return {
+        "streamName": config.get("name"),
+        "cluster": cluster.get("name"),
+        "leader": cluster.get("leader"),
+        "replicaStates": [
+            {
+                "name": replica.get("name", ""),
+                "current": bool(replica.get("current")),
+                "lag": replica.get("lag", 0),
+            }
+            for replica in cluster.get("replicas") or []
+        ],
+        "replicas": config.get("num_replicas"),
+        "bytes": (info.get("state") or {}).get("bytes", 0),
+    }
+
+
+def stream_live_state(info: dict[str, Any]) -> dict[str, Any]:
+    """The status fields that show a stream's live state."""
+    state = info.get("state") or {}
+    return {
+        **_cluster_state(info),
+        "messages": state.get("messages", 0),
+        "firstSequence": state.get("first_seq", 0),
+        "lastSequence": state.get("last_seq", 0),
+        "consumerCount": state.get("consumer_count", 0),
+    }
+
+
+def keyvalue_live_state(info: dict[str, Any]) -> dict[str, Any]:
+    """A bucket's live state: values and keys rather than messages and subjects."""
+    state = info.get("state") or {}
+    return {
+        **_cluster_state(info),
+        "values": state.get("messages", 0),
+        "keys": state.get("num_subjects", 0),
+        "history": (info.get("config") or {}).get("max_msgs_per_subject"),
+    }
+
+
+def objectstore_live_state(info: dict[str, Any]) -> dict[str, Any]:
+    """A store's live state; the object count needs a request of its own (objects_request)."""
+    return {**_cluster_state(info), "sealed": bool((info.get("config") or {}).get("sealed"))}
+
+
+OBJECT_COUNT_OFFSET = 2**31 - 1
+"""Asked as the page offset, the server counts the matching subjects and lists none of them."""
+
+
+def object_count_request(bucket: str) -> dict[str, Any]:
+    """The STREAM.INFO request whose reply's `total` is the number of object names."""
+    return {"subjects_filter": f"$O.{bucket}.M.>", "offset": OBJECT_COUNT_OFFSET}

@@ -1,0 +1,252 @@
+"""KeyValue and ObjectStore resources against the real nats-server and operator: created as the
+NATS clients create them (nats-py reads and writes them), updated live, drift repaired, live
+state in status, adoption of buckets made by a client, and quiet once Ready (the server's own
+API audit shows no write)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+from nats.js.api import KeyValueConfig
+
+from jetstream_operator.nats.jsapi import JetStreamApi
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
+
+from .figures import ApiAudit
+from .helpers import Resources, condition, eventually, is_ready
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
+
+QUIET_SECONDS = 7.0
+"""More than three resyncs of the session operator (2s)."""
+
+
+def bucket_name(namespace: str, suffix: str) -> str:
+    return f"{namespace.replace('-', '_')}_{suffix}"
+
+
+async def ready(resources: Resources, plural: str, name: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        resource = resources.get(plural, name)
+        return resource if is_ready(resource) else None
+
+    found = await eventually(probe, timeout=30)
+    assert found is not None, condition(resources.get(plural, name))
+    return found
+
+
+async def stream_config(nc: Client, stream: str) -> dict[str, Any]:
+    info = await JetStreamApi(nc).stream_info(stream)
+    assert info is not None, f"stream {stream} missing"
+    return dict(info["config"])
+
+
+async def quiet_writes(nc: Client, streams: list[str]) -> int:
+    """JetStream writes to these streams over several resyncs, as the server reports them."""
+    audit = await ApiAudit().start(nc)
+    try:
+        await asyncio.sleep(QUIET_SECONDS)
+        await nc.flush()
+    finally:
+        await audit.stop()
+    writes = 0
+    for stream in streams:
+        for operation in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE"):
+            writes += audit.count(operation, stream)
+    return writes
+
+
+async def test_key_value_lifecycle(resources: Resources, namespace: str, nc: Client) -> None:
+    bucket = bucket_name(namespace, "settings")
+    resources.create(
+        "keyvalues",
+        {
+            "kind": "KeyValue",
+            "metadata": {"name": "settings"},
+            "spec": {"bucket": bucket, "history": 5, "ttl": "1h", "description": "app settings"},
+        },
+    )
+    await ready(resources, "keyvalues", "settings")
+    config = await stream_config(nc, f"KV_{bucket}")
+    assert config["subjects"] == [f"$KV.{bucket}.>"]
+    assert config["max_msgs_per_subject"] == 5 and config["max_age"] == 3_600_000_000_000
+    assert config["allow_rollup_hdrs"] and config["deny_delete"] and config["allow_direct"]
+    assert config["discard"] == "new"
+    assert config["metadata"][OWNER_METADATA_KEY].split("/")[:2] == [namespace, "settings"]
+
+    kv = await nc.jetstream().key_value(bucket)  # what a client sees is a bucket
+    await kv.put("color", b"blue")
+    await kv.put("color", b"green")
+    await kv.put("size", b"XL")
+    assert (await kv.get("color")).value == b"green"
+
+    async def counted() -> dict[str, Any] | None:
+        status = (resources.get("keyvalues", "settings") or {}).get("status") or {}
+        return status if status.get("values") == 3 and status.get("keys") == 2 else None
+
+    status = await eventually(counted, timeout=30)
+    assert status["history"] == 5 and status["streamName"] == f"KV_{bucket}"
+    assert await quiet_writes(nc, [f"KV_{bucket}"]) == 0
+
+    resources.patch_spec("keyvalues", "settings", {"history": 10, "maxBytes": 1_000_000})
+
+    async def updated() -> bool:
+        config = await stream_config(nc, f"KV_{bucket}")
+        return config["max_msgs_per_subject"] == 10 and config["max_bytes"] == 1_000_000
+
+    await eventually(updated, timeout=30)
+    assert (await kv.get("color")).value == b"green"  # nothing lost
+
+    # Drift made outside Kubernetes is repaired.
+    drifted = {**await stream_config(nc, f"KV_{bucket}"), "max_msgs_per_subject": 2}
+    await JetStreamApi(nc).update_stream(drifted)
+
+    async def repaired() -> bool:
+        return (await stream_config(nc, f"KV_{bucket}"))["max_msgs_per_subject"] == 10
+
+    await eventually(repaired, timeout=30)
+
+    resources.delete("keyvalues", "settings")
+
+    async def gone() -> bool:
+        return await JetStreamApi(nc).stream_info(f"KV_{bucket}") is None
+
+    await eventually(gone, timeout=30)
+
+
+async def test_a_bucket_made_by_a_client_is_adopted_with_one_update(
+    resources: Resources, namespace: str, nc: Client
+) -> None:
+    """nats-py turns message TTLs on for every bucket, which nothing can turn off: the spec's
+    bucket follows the server there instead of asking for a change the server refuses."""
+    bucket = bucket_name(namespace, "made_by_hand")
+    kv = await nc.jetstream().create_key_value(
+        KeyValueConfig(bucket=bucket, history=3, description="made by hand")
+    )
+    await kv.put("k", b"v")
+    audit = await ApiAudit().start(nc)
+    try:
+        resources.create(
+            "keyvalues",
+            {
+                "kind": "KeyValue",
+                "metadata": {"name": "adopted"},
+                "spec": {
+                    "bucket": bucket,
+                    "history": 3,
+                    "description": "made by hand",
+                    "adoption": "IfUnowned",
+                },
+            },
+        )
+        await ready(resources, "keyvalues", "adopted")
+        await asyncio.sleep(QUIET_SECONDS)
+        await nc.flush()
+    finally:
+        await audit.stop()
+    assert audit.count("STREAM.UPDATE", f"KV_{bucket}") == 1  # the owner record, nothing else
+    assert audit.count("STREAM.CREATE", f"KV_{bucket}") == 0
+    assert (await kv.get("k")).value == b"v"
+
+    resources.create(
+        "keyvalues",
+        {"kind": "KeyValue", "metadata": {"name": "intruder"}, "spec": {"bucket": bucket}},
+    )
+
+    async def conflict() -> str | None:
+        found = condition(resources.get("keyvalues", "intruder"))
+        return found.get("message") if found.get("reason") == "Conflict" else None
+
+    message = await eventually(conflict, timeout=30)
+    assert f"key-value bucket '{bucket}'" in message and "spec.bucket" in message
+
+
+async def test_mirror_and_source_buckets_copy_keys(
+    resources: Resources, namespace: str, nc: Client
+) -> None:
+    origin, mirror, merged = (bucket_name(namespace, n) for n in ("origin", "mirror", "merged"))
+    resources.create(
+        "keyvalues",
+        {"kind": "KeyValue", "metadata": {"name": "origin"}, "spec": {"bucket": origin}},
+    )
+    await ready(resources, "keyvalues", "origin")
+    resources.create(
+        "keyvalues",
+        {
+            "kind": "KeyValue",
+            "metadata": {"name": "mirror"},
+            "spec": {"bucket": mirror, "mirror": {"name": origin}},
+        },
+    )
+    resources.create(
+        "keyvalues",
+        {
+            "kind": "KeyValue",
+            "metadata": {"name": "merged"},
+            "spec": {"bucket": merged, "sources": [{"name": origin}]},
+        },
+    )
+    await ready(resources, "keyvalues", "mirror")
+    await ready(resources, "keyvalues", "merged")
+    js = nc.jetstream()
+    await (await js.key_value(origin)).put("greeting", b"hello")
+
+    async def copied() -> bool:
+        try:
+            merged_value = (await (await js.key_value(merged)).get("greeting")).value
+        except Exception:
+            return False
+        mirror_info = await JetStreamApi(nc).stream_info(f"KV_{mirror}")
+        return merged_value == b"hello" and (mirror_info or {})["state"]["messages"] == 1
+
+    await eventually(copied, timeout=30)
+    streams = [f"KV_{name}" for name in (origin, mirror, merged)]
+    assert await quiet_writes(nc, streams) == 0
+
+
+async def test_object_store_lifecycle(resources: Resources, namespace: str, nc: Client) -> None:
+    bucket = bucket_name(namespace, "files")
+    resources.create(
+        "objectstores",
+        {
+            "kind": "ObjectStore",
+            "metadata": {"name": "files"},
+            "spec": {"bucket": bucket, "ttl": "720h", "deletionPolicy": "Retain"},
+        },
+    )
+    await ready(resources, "objectstores", "files")
+    config = await stream_config(nc, f"OBJ_{bucket}")
+    assert config["subjects"] == [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"]
+    assert config["allow_rollup_hdrs"] and config["allow_direct"] and config["discard"] == "new"
+
+    store = await nc.jetstream().object_store(bucket)
+    await store.put("report.csv", b"a,b\n1,2\n" * 1000)
+    await store.put("logo.png", b"\x89PNG" * 100)
+
+    async def counted() -> dict[str, Any] | None:
+        status = (resources.get("objectstores", "files") or {}).get("status") or {}
+        return status if status.get("objects") == 2 else None
+
+    status = await eventually(counted, timeout=30)
+    assert status["bytes"] > 8000 and status["sealed"] is False
+    assert await quiet_writes(nc, [f"OBJ_{bucket}"]) == 0
+
+    resources.patch_spec("objectstores", "files", {"replicas": 1, "maxBytes": 10_000_000})
+
+    async def updated() -> bool:
+        return (await stream_config(nc, f"OBJ_{bucket}"))["max_bytes"] == 10_000_000
+
+    await eventually(updated, timeout=30)
+
+    resources.delete("objectstores", "files")
+
+    async def released() -> bool:
+        config = await stream_config(nc, f"OBJ_{bucket}")
+        return OWNER_METADATA_KEY not in (config.get("metadata") or {})
+
+    await eventually(released, timeout=30)  # retained, data and all, and no longer ours
+    assert (await store.get("report.csv")).data == b"a,b\n1,2\n" * 1000
+    await JetStreamApi(nc).delete_stream(f"OBJ_{bucket}")
