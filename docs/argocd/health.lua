@@ -1,4 +1,5 @@
--- Argo CD health check for jetstream-operator.io resources: Stream, Consumer, NatsConnection.
+-- Argo CD health check for jetstream-operator.io resources: Stream, Consumer, NatsConnection,
+-- KeyValue, ObjectStore.
 --
 -- The operator writes kstatus-style conditions (Ready, Reconciling, Stalled), each with the
 -- generation it was computed for, and status.observedGeneration. Mapping:

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig
 
@@ -250,3 +251,64 @@ async def test_object_store_lifecycle(resources: Resources, namespace: str, nc: 
     await eventually(released, timeout=30)  # retained, data and all, and no longer ours
     assert (await store.get("report.csv")).data == b"a,b\n1,2\n" * 1000
     await JetStreamApi(nc).delete_stream(f"OBJ_{bucket}")
+
+
+@pytest.mark.parametrize(
+    ("plural", "kind", "spec", "change", "message"),
+    [
+        ("keyvalues", "KeyValue", {}, {"bucket": "other"}, "spec.bucket is immutable"),
+        ("keyvalues", "KeyValue", {}, {"storage": "memory"}, "spec.storage cannot change"),
+        ("keyvalues", "KeyValue", {}, {"mirror": {"name": "x"}}, "spec.mirror cannot be added"),
+        (
+            "keyvalues",
+            "KeyValue",
+            {"limitMarkerTtl": "1m"},
+            {"limitMarkerTtl": None},
+            "spec.limitMarkerTtl cannot be removed",
+        ),
+        ("objectstores", "ObjectStore", {}, {"bucket": "other"}, "spec.bucket is immutable"),
+        ("objectstores", "ObjectStore", {}, {"connectionRef": "x"}, "connectionRef is immutable"),
+    ],
+)
+def test_immutable_bucket_changes_are_refused_at_admission(
+    resources: Resources,
+    namespace: str,
+    plural: str,
+    kind: str,
+    spec: dict[str, Any],
+    change: dict[str, Any],
+    message: str,
+) -> None:
+    bucket = bucket_name(namespace, "fixed")
+    resources.create(
+        plural, {"kind": kind, "metadata": {"name": "fixed"}, "spec": {"bucket": bucket, **spec}}
+    )
+    with pytest.raises(ApiException) as refused:
+        resources.patch_spec(plural, "fixed", change)
+    assert refused.value.status == 422
+    assert message in refused.value.body
+
+
+@pytest.mark.parametrize(
+    ("plural", "kind", "spec", "message"),
+    [
+        ("keyvalues", "KeyValue", {"bucket": "has.dot"}, "spec.bucket"),
+        ("keyvalues", "KeyValue", {"bucket": "b", "history": 65}, "spec.history"),
+        ("keyvalues", "KeyValue", {"bucket": "b", "ttl": "a week"}, "spec.ttl"),
+        (
+            "keyvalues",
+            "KeyValue",
+            {"bucket": "b", "mirror": {"name": "a"}, "sources": [{"name": "c"}]},
+            "mutually exclusive",
+        ),
+        ("objectstores", "ObjectStore", {"bucket": "b", "history": 2}, "history"),
+        ("objectstores", "ObjectStore", {"bucket": "b", "replicas": 9}, "spec.replicas"),
+    ],
+)
+def test_bad_bucket_specs_are_refused_at_admission(
+    resources: Resources, plural: str, kind: str, spec: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        resources.create(plural, {"kind": kind, "metadata": {"name": "bad"}, "spec": spec})
+    assert refused.value.status in (400, 422), refused.value.body
+    assert message in refused.value.body

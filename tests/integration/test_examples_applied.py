@@ -31,18 +31,28 @@ async def test_examples_apply_and_become_ready(
     assert applied.returncode == 0, applied.stderr
     resources = Resources(api_client, "default")
 
+    shipped = [("streams", "orders"), ("consumers", "orders-worker")]
+    shipped += [("keyvalues", "settings"), ("objectstores", "files")]
+
     async def all_ready() -> bool:
-        return is_ready(resources.get("streams", "orders")) and is_ready(
-            resources.get("consumers", "orders-worker")
-        )
+        return all(is_ready(resources.get(plural, name)) for plural, name in shipped)
 
     await eventually(all_ready, timeout=30)
     jetstream = JetStreamApi(nc)
     assert await jetstream.consumer_info("ORDERS", "orders-worker") is not None
-    resources.delete("consumers", "orders-worker")
-    resources.delete("streams", "orders")
+    assert await jetstream.stream_info("KV_settings") is not None
+    for plural, name in shipped:
+        resources.delete(plural, name)
 
     async def cleaned() -> bool:
-        return await jetstream.stream_info("ORDERS") is None
+        gone = all(resources.get(plural, name) is None for plural, name in shipped)
+        return (
+            gone
+            and await jetstream.stream_info("ORDERS") is None
+            and (await jetstream.stream_info("KV_settings") is None)
+        )
 
     await eventually(cleaned, timeout=30)
+    # The example store is retained on deletion, as its manifest says.
+    assert await jetstream.stream_info("OBJ_files") is not None
+    await jetstream.delete_stream("OBJ_files")
