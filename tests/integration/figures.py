@@ -14,7 +14,7 @@ from nats.aio.subscription import Subscription
 
 from jetstream_operator import GROUP
 
-OUR_RESOURCES = ("streams", "consumers", "natsconnections")
+OUR_RESOURCES = ("streams", "consumers", "natsconnections", "keyvalues", "objectstores")
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 
 

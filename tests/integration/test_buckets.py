@@ -16,7 +16,7 @@ from nats.js.api import KeyValueConfig
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
-from .figures import ApiAudit
+from .figures import ApiAudit, apiserver_writes, difference
 from .helpers import Resources, condition, eventually, is_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -45,22 +45,32 @@ async def stream_config(nc: Client, stream: str) -> dict[str, Any]:
     return dict(info["config"])
 
 
-async def quiet_writes(nc: Client, streams: list[str]) -> int:
-    """JetStream writes to these streams over several resyncs, as the server reports them."""
+BUCKET_RESOURCES = ("keyvalues", "objectstores")
+
+
+async def quiet_writes(nc: Client, streams: list[str], control_plane: Any = None) -> int:
+    """Writes over several resyncs, as the servers report them: JetStream writes to these
+    streams, and (given the control plane) Kubernetes writes to buckets and stores."""
     audit = await ApiAudit().start(nc)
+    before = apiserver_writes(control_plane, BUCKET_RESOURCES) if control_plane else None
     try:
         await asyncio.sleep(QUIET_SECONDS)
         await nc.flush()
     finally:
         await audit.stop()
     writes = 0
+    if before is not None:
+        changed = difference(apiserver_writes(control_plane, BUCKET_RESOURCES), before)
+        writes += sum(changed.values())
     for stream in streams:
         for operation in ("STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE"):
             writes += audit.count(operation, stream)
     return writes
 
 
-async def test_key_value_lifecycle(resources: Resources, namespace: str, nc: Client) -> None:
+async def test_key_value_lifecycle(
+    resources: Resources, namespace: str, nc: Client, control_plane: Any
+) -> None:
     bucket = bucket_name(namespace, "settings")
     resources.create(
         "keyvalues",
@@ -90,7 +100,7 @@ async def test_key_value_lifecycle(resources: Resources, namespace: str, nc: Cli
 
     status = await eventually(counted, timeout=30)
     assert status["history"] == 5 and status["streamName"] == f"KV_{bucket}"
-    assert await quiet_writes(nc, [f"KV_{bucket}"]) == 0
+    assert await quiet_writes(nc, [f"KV_{bucket}"], control_plane) == 0
 
     resources.patch_spec("keyvalues", "settings", {"history": 10, "maxBytes": 1_000_000})
 
@@ -208,7 +218,9 @@ async def test_mirror_and_source_buckets_copy_keys(
     assert await quiet_writes(nc, streams) == 0
 
 
-async def test_object_store_lifecycle(resources: Resources, namespace: str, nc: Client) -> None:
+async def test_object_store_lifecycle(
+    resources: Resources, namespace: str, nc: Client, control_plane: Any
+) -> None:
     bucket = bucket_name(namespace, "files")
     resources.create(
         "objectstores",
@@ -233,7 +245,7 @@ async def test_object_store_lifecycle(resources: Resources, namespace: str, nc: 
 
     status = await eventually(counted, timeout=30)
     assert status["bytes"] > 8000 and status["sealed"] is False
-    assert await quiet_writes(nc, [f"OBJ_{bucket}"]) == 0
+    assert await quiet_writes(nc, [f"OBJ_{bucket}"], control_plane) == 0
 
     resources.patch_spec("objectstores", "files", {"replicas": 1, "maxBytes": 10_000_000})
 

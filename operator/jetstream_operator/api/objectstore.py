@@ -66,3 +66,5 @@ class ObjectStoreStatus(StreamBackedStatus):
     """Objects named in the store, deleted ones included until their markers go."""
     sealed: bool | None = None
     """Whether the store was sealed (read-only for good) by a client."""
+    last_sequence: int | None = None
+    """Sequence of the newest message when the objects were counted."""

@@ -20,6 +20,9 @@ from .results import Result
 LIVE_COUNTERS = frozenset(
     {
         "messages",
+        "values",
+        "keys",
+        "objects",
         "bytes",
         "firstSequence",
         "lastSequence",
