@@ -242,7 +242,7 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
     control_plane: ApiServer,
     tmp_path: Path,
 ) -> None:
-    kinds = ("streams", "consumers", "natsconnections")
+    kinds = ("streams", "consumers", "natsconnections", "keyvalues", "objectstores")
     expected = (
         {
             (GROUP, kind, verb)
