@@ -324,3 +324,32 @@ def test_bad_bucket_specs_are_refused_at_admission(
         resources.create(plural, {"kind": kind, "metadata": {"name": "bad"}, "spec": spec})
     assert refused.value.status in (400, 422), refused.value.body
     assert message in refused.value.body
+
+
+async def test_a_paused_bucket_is_left_alone_until_resumed(
+    resources: Resources, namespace: str, nc: Client
+) -> None:
+    bucket = bucket_name(namespace, "paused")
+    resources.create(
+        "keyvalues",
+        {"kind": "KeyValue", "metadata": {"name": "paused"}, "spec": {"bucket": bucket}},
+    )
+    await ready(resources, "keyvalues", "paused")
+    resources.annotate("keyvalues", "paused", {"jetstream-operator.io/paused": "true"})
+
+    async def shows_paused() -> bool:
+        return condition(resources.get("keyvalues", "paused")).get("reason") == "Paused"
+
+    await eventually(shows_paused, timeout=30)
+    drifted = {**await stream_config(nc, f"KV_{bucket}"), "max_msgs_per_subject": 7}
+    await JetStreamApi(nc).update_stream(drifted)
+    await asyncio.sleep(QUIET_SECONDS)  # several resyncs: nothing repaired while paused
+    assert (await stream_config(nc, f"KV_{bucket}"))["max_msgs_per_subject"] == 7
+
+    resources.annotate("keyvalues", "paused", {"jetstream-operator.io/paused": None})
+
+    async def repaired() -> bool:
+        return (await stream_config(nc, f"KV_{bucket}"))["max_msgs_per_subject"] == 1
+
+    await eventually(repaired, timeout=30)
+    await ready(resources, "keyvalues", "paused")

@@ -134,15 +134,24 @@ async def test_a_connection_in_use_waits_and_a_person_can_release_a_finalizer(
     resources.create("natsconnections", token_connection(token_nats))
     name = namespace.replace("-", "_").upper()
     resources.create("streams", stream("orders", name, connectionRef="tenant"))
+    bucket = {"bucket": name, "connectionRef": "tenant"}
+    resources.create(
+        "keyvalues", {"kind": "KeyValue", "metadata": {"name": "cache"}, "spec": bucket}
+    )
     await eventually(lambda: ready(resources, "streams", "orders"), timeout=30)
+    await eventually(lambda: ready(resources, "keyvalues", "cache"), timeout=30)
+    assert await nats_stream(token_nats.url, f"KV_{name}", token=TOKEN) is not None
 
     resources.delete("natsconnections", "tenant")
 
     async def in_use() -> bool:
-        found = condition(resources.get("natsconnections", "tenant"))
-        return found.get("reason") == "InUse" and "Stream orders" in found.get("message", "")
+        message = condition(resources.get("natsconnections", "tenant")).get("message", "")
+        return "Stream orders" in message and "KeyValue cache" in message
 
     await eventually(in_use, timeout=30)
+    resources.delete("keyvalues", "cache")  # deleted in NATS through the tenant's connection
+    await eventually(lambda: gone(resources, "keyvalues", "cache"), timeout=30)
+    assert await nats_stream(token_nats.url, f"KV_{name}", token=TOKEN) is None
 
     token_nats.stop()  # NATS gone for good
     resources.delete("streams", "orders")
