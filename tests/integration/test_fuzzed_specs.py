@@ -1,8 +1,9 @@
-"""Property-based: generated Stream and Consumer specs over every field, against the real API
-server, operator and nats-server. Each spec is refused at admission with a message, or settles:
-Ready, and then no JetStream create or update over several resyncs, counted from the server's
-own API audit advisories; or Ready=False with a reason and a message, retried with backoff
-rather than looped. The operator never crashes and never touches a stream it was not asked to.
+"""Property-based: generated Stream, Consumer, KeyValue and ObjectStore specs over every field,
+against the real API server, operator and nats-server. Each spec is refused at admission with a
+message, or settles: Ready, and then no JetStream create or update over several resyncs, counted
+from the server's own API audit advisories; or Ready=False with a reason and a message, retried
+with backoff rather than looped. The operator never crashes and never touches a stream it was
+not asked to.
 
 The fast size runs in `make test`; `JETSTREAM_OPERATOR_FUZZ_SCALE=10` is the large size
 (`make chaos`).
@@ -46,13 +47,18 @@ RETRIES_WHILE_FAILING = 4
 ORIGIN = "FUZZ_ORIGIN"
 TARGET = "FUZZ_TARGET"
 _serial = itertools.count()
-OUTCOMES: dict[str, Counter[str]] = {"Stream": Counter(), "Consumer": Counter()}
+ORIGIN_BUCKET = "FZORIGIN"
+OUTCOMES: dict[str, Counter[str]] = {
+    kind: Counter() for kind in ("Stream", "Consumer", "KeyValue", "ObjectStore")
+}
 """How the generated specs ended: refused at admission, Ready, or a condition reason."""
 
 durations = st.sampled_from(["1s", "30s", "90s", "2m", "1h", "24h", "0", "100ms"])
 short_text = st.sampled_from(["", "orders", "ünïcode text"])
 metadata = st.dictionaries(st.sampled_from(["team", "tier", "x"]), short_text, max_size=2)
-bad = st.sampled_from([{"replicas": 7}, {"storage": "disk"}, {"maxAge": "1 day"}, {"bogus": 1}])
+bad = st.sampled_from(
+    [{"replicas": 7}, {"storage": "disk"}, {"maxAge": "1 day"}, {"ttl": "1 day"}, {"bogus": 1}]
+)
 
 
 def stream_spec(name: str) -> st.SearchStrategy[dict[str, Any]]:
@@ -175,6 +181,45 @@ def consumer_spec(name: str) -> st.SearchStrategy[dict[str, Any]]:
     return _some_of(fields, {"durableName": st.just(name), "streamName": st.just(TARGET)})
 
 
+def keyvalue_spec(bucket: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Every KeyValue field; a mirror or source copies the bucket the fixture made."""
+    sizes = st.sampled_from([-1, 0, 1024, 1 << 20])
+    fields: dict[str, st.SearchStrategy[Any]] = {
+        "description": short_text,
+        "history": st.integers(min_value=1, max_value=66),
+        "ttl": durations,
+        "maxValueSize": sizes,
+        "maxBytes": sizes,
+        "storage": st.sampled_from(["file", "memory"]),
+        "replicas": st.sampled_from([1, 1, 3]),
+        "republish": st.fixed_dictionaries(
+            {"destination": st.just(f"kvrep.{bucket}.>")},
+            optional={"headersOnly": st.booleans()},
+        ),
+        "mirror": st.just({"name": ORIGIN_BUCKET}),
+        "sources": st.just([{"name": ORIGIN_BUCKET}]),
+        "compression": st.booleans(),
+        "limitMarkerTtl": durations,
+        "direct": st.booleans(),
+        "metadata": metadata,
+    }
+    return _some_of(fields, {"bucket": st.just(bucket)})
+
+
+def objectstore_spec(bucket: str) -> st.SearchStrategy[dict[str, Any]]:
+    sizes = st.sampled_from([-1, 0, 1 << 20])
+    fields: dict[str, st.SearchStrategy[Any]] = {
+        "description": short_text,
+        "ttl": durations,
+        "maxBytes": sizes,
+        "storage": st.sampled_from(["file", "memory"]),
+        "replicas": st.sampled_from([1, 1, 3]),
+        "compression": st.booleans(),
+        "metadata": metadata,
+    }
+    return _some_of(fields, {"bucket": st.just(bucket)})
+
+
 MOST_FIELDS = 8
 
 
@@ -203,6 +248,12 @@ def _maybe_bad(spec: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dic
 stream_batches = st.lists(_maybe_bad(_named(stream_spec, "FZ_S")), min_size=BATCH, max_size=BATCH)
 consumer_batches = st.lists(
     _maybe_bad(_named(consumer_spec, "FZ_C")), min_size=BATCH, max_size=BATCH
+)
+keyvalue_batches = st.lists(
+    _maybe_bad(_named(keyvalue_spec, "fzkv")), min_size=BATCH, max_size=BATCH
+)
+objectstore_batches = st.lists(
+    _maybe_bad(_named(objectstore_spec, "fzobj")), min_size=BATCH, max_size=BATCH
 )
 
 
@@ -323,14 +374,55 @@ def test_any_consumer_spec_is_refused_or_settles(
     assert operator_process.running, "the operator crashed"
 
 
+@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
+@settings(
+    max_examples=BATCHES,
+    deadline=None,
+    derandomize=SCALE == 1,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(specs=keyvalue_batches)
+def test_any_keyvalue_spec_is_refused_or_settles(
+    specs: list[dict[str, Any]],
+    resources: Resources,
+    operator_process: OperatorProcess,
+    fuzz_world: ApiAudit,
+) -> None:
+    _settle_and_stay_quiet(
+        resources, fuzz_world, "keyvalues", "KeyValue", specs, lambda s: f"KV_{s['bucket']}"
+    )
+    assert operator_process.running, "the operator crashed"
+
+
+@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
+@settings(
+    max_examples=BATCHES,
+    deadline=None,
+    derandomize=SCALE == 1,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(specs=objectstore_batches)
+def test_any_objectstore_spec_is_refused_or_settles(
+    specs: list[dict[str, Any]],
+    resources: Resources,
+    operator_process: OperatorProcess,
+    fuzz_world: ApiAudit,
+) -> None:
+    _settle_and_stay_quiet(
+        resources, fuzz_world, "objectstores", "ObjectStore", specs, lambda s: f"OBJ_{s['bucket']}"
+    )
+    assert operator_process.running, "the operator crashed"
+
+
 def test_generated_specs_reached_the_server() -> None:
     """The property above means little if every spec was refused: most must reach NATS, and
     some must be Ready (figures printed with -s)."""
     print(f"fuzzed outcomes: {dict(OUTCOMES)}")
-    for kind in ("Stream", "Consumer"):
-        outcomes = OUTCOMES[kind]
-        assert outcomes["Ready"] > 0, outcomes
-        assert outcomes.total() - outcomes["refused"] >= outcomes.total() // 3, outcomes
+    for kind, outcomes in OUTCOMES.items():
+        assert outcomes["Ready"] > 0, (kind, outcomes)
+        assert outcomes.total() - outcomes["refused"] >= outcomes.total() // 3, (kind, outcomes)
 
 
 def test_fuzzing_touched_no_foreign_stream(fuzz_world: ApiAudit, nats_server: Any) -> None:
@@ -363,6 +455,18 @@ def fuzz_world(nats_server: Any) -> Iterator[ApiAudit]:
             ("SENTINEL_FOREIGN", {"subjects": ["sentinel.>"], "max_msgs": 7}),
             (ORIGIN, {"subjects": ["origin.>"], "allow_direct": True}),
             (TARGET, {"subjects": ["fuzz.>"]}),
+            # A bucket as the clients make it, for mirrors and sources to copy.
+            (
+                f"KV_{ORIGIN_BUCKET}",
+                {
+                    "subjects": [f"$KV.{ORIGIN_BUCKET}.>"],
+                    "max_msgs_per_subject": 1,
+                    "allow_rollup_hdrs": True,
+                    "deny_delete": True,
+                    "discard": "new",
+                    "allow_direct": True,
+                },
+            ),
         ):
             if await jetstream.stream_info(name) is None:
                 await jetstream.create_stream({"name": name, **config})
