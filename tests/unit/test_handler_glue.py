@@ -242,3 +242,40 @@ async def test_the_directory_explains_a_missing_or_required_connection() -> None
     assert not directory.remember(("ns", "tenant"), remembered)
     assert await directory.target_for("ns", {"connectionRef": "tenant"}) is remembered
     assert directory.known() == {None: default, ("ns", "tenant"): remembered}
+
+
+def test_the_registry_keeps_only_what_drift_repair_reads() -> None:
+    registry = ResourceRegistry()
+    body = {
+        "apiVersion": "jetstream-operator.io/v1alpha1",
+        "kind": "Stream",
+        "metadata": {
+            "namespace": "ns",
+            "name": "orders",
+            "uid": "u1",
+            "generation": 3,
+            "managedFields": [{"manager": "kubectl"}] * 20,
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}" * 100,
+                "kopf.jetstream-operator.io/last-handled": "{}",
+                "jetstream-operator.io/paused": "true",
+            },
+        },
+        "spec": {"name": "ORDERS"},
+        "status": {"messages": 4, "lastHandledConfiguration": "{...}" * 100},
+    }
+    registry.observe("ADDED", body)
+    kept = registry.named("ns", "orders")
+    assert kept is not None
+    assert kept.body == {
+        "metadata": {
+            "namespace": "ns",
+            "name": "orders",
+            "uid": "u1",
+            "generation": 3,
+            "annotations": {"jetstream-operator.io/paused": "true"},
+        },
+        "spec": {"name": "ORDERS"},
+        "status": {"messages": 4},
+    }
+    assert kept.annotation("jetstream-operator.io/paused") == "true" and kept.generation == 3

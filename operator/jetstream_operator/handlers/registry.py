@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import GROUP
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.ownership import Owner
 
@@ -54,6 +55,29 @@ class TrackedResource:
     def first_handled(self) -> bool:
         """kopf has run the create handler at least once (a status exists)."""
         return bool(self.status.get("conditions"))
+
+
+KEPT_METADATA = ("namespace", "name", "uid", "generation", "deletionTimestamp")
+KEPT_ANNOTATION_PREFIX = f"{GROUP}/"
+DROPPED_STATUS = ("lastHandledConfiguration",)
+
+
+def slim_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What drift repair reads of a resource, and nothing more: thousands are kept, and
+    managedFields, kubectl's last-applied annotation and kopf's diff base are most of a body."""
+    metadata = body.get("metadata") or {}
+    kept_metadata = {key: metadata[key] for key in KEPT_METADATA if key in metadata}
+    annotations = {
+        key: value
+        for key, value in (metadata.get("annotations") or {}).items()
+        if key.startswith(KEPT_ANNOTATION_PREFIX)
+    }
+    if annotations:
+        kept_metadata["annotations"] = annotations
+    status = {
+        key: value for key, value in (body.get("status") or {}).items() if key not in DROPPED_STATUS
+    }
+    return {"metadata": kept_metadata, "spec": body.get("spec") or {}, "status": status}
 
 
 INDEXED_SPEC_KEYS = ("name", "bucket", "durableName", "streamName", "streamRef")
@@ -107,11 +131,7 @@ class ResourceRegistry:
             self._by_uid.pop(uid, None)
             self._locks.pop(uid, None)
             return
-        # managedFields is most of a stored body and nothing here reads it.
-        kept = {
-            **body,
-            "metadata": {key: value for key, value in metadata.items() if key != "managedFields"},
-        }
+        kept = slim_body(body)
         if existing is None:
             owner = Owner(str(metadata.get("namespace", "")), str(metadata.get("name", "")), uid)
             existing = self._by_uid[uid] = TrackedResource(owner, kept, self.lock(uid))
