@@ -45,6 +45,7 @@ from kubernetes import client, config, watch
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv.controlplane import ControlPlane
+from jetstream_operator.devenv.figures import apiserver_writes as served_writes
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
@@ -58,7 +59,6 @@ HEAP_PROBE = BENCH_DIR / "heapprobe"
 SETTINGS = OperatorSettings()
 RESYNC_INTERVAL = SETTINGS.resync_interval
 """The operator runs with production settings; the idle figures are per resync of this."""
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 BACKGROUND = frozenset({"leases"})
 """Writes kube-apiserver and kube-controller-manager make on their own, whoever else runs."""
 WATCH_RESTARTS = 50
@@ -70,23 +70,7 @@ WATCH_RESTARTS = 50
 
 def apiserver_writes(url: str, context: Any) -> Counter[str]:
     """Writes kube-apiserver has served, as `VERB resource[/subresource]`, from its /metrics."""
-    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=30) as answer:
-        text = answer.read().decode()
-    counts: Counter[str] = Counter()
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels = dict(
-            part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(",")
-        )
-        verb = labels.get("verb", "").strip('"')
-        if verb not in WRITE_VERBS:
-            continue
-        resource = labels.get("resource", "").strip('"')
-        subresource = labels.get("subresource", "").strip('"')
-        key = f"{verb} {resource}" + (f"/{subresource}" if subresource else "")
-        counts[key] += int(float(line.rsplit(" ", 1)[1]))
-    return counts
+    return served_writes(url, context)
 
 
 def foreground(counts: Counter[str]) -> int:

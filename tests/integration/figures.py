@@ -4,7 +4,6 @@ kube-apiserver's /metrics and JetStream's API audit advisories, never the operat
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -13,32 +12,14 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from jetstream_operator import GROUP
+from jetstream_operator.devenv.figures import apiserver_writes as served_writes
 
 OUR_RESOURCES = ("streams", "consumers", "natsconnections", "keyvalues", "objectstores")
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 
 
 def apiserver_writes(plane: Any, resources: tuple[str, ...] = OUR_RESOURCES) -> Counter[str]:
     """Writes the API server has served for our kinds, by `verb resource[/subresource]`."""
-    request = urllib.request.Request(f"{plane.url}/metrics")
-    with urllib.request.urlopen(request, context=plane.ssl_context(), timeout=10) as answer:
-        text = answer.read().decode()
-    counts: Counter[str] = Counter()
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels = dict(
-            part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(",")
-        )
-        labels = {key: value.strip('"') for key, value in labels.items()}
-        if labels.get("group") != GROUP or labels.get("verb") not in WRITE_VERBS:
-            continue
-        if labels.get("resource") not in resources:
-            continue
-        sub = labels.get("subresource")
-        where = labels["resource"] + (f"/{sub}" if sub else "")
-        counts[f"{labels['verb']} {where}"] += int(float(line.rsplit(" ", 1)[1]))
-    return counts
+    return served_writes(plane.url, plane.ssl_context(), group=GROUP, resources=resources)
 
 
 def difference(after: Counter[str], before: Counter[str]) -> dict[str, int]:
