@@ -129,6 +129,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         use_advisories=operator_settings.advisories,
         read_only=operator_settings.read_only,
         pause_annotation=PAUSE_ANNOTATION,
+        normal_events=operator_settings.events == "all",
     )
 
     def make_watcher(key: ConnectionKey, target: ConnectionTarget) -> DriftWatcher:
@@ -192,6 +193,7 @@ def _report(
     status: kopf.Status,
     generation: int | None,
     deleting: bool = False,
+    normal_events: bool = True,
 ) -> None:
     """Write what changed into status and post events. Only a deletion is retried through
     kopf (its finalizer must stay until done); every other retry belongs to drift repair's
@@ -205,6 +207,8 @@ def _report(
     for key, value in status_changes(status, result, generation).items():
         patch.status[key] = value
     for event in result.events:
+        if event.type == "Normal" and not normal_events:
+            continue
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     if deleting and result.retry:
         raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
@@ -297,6 +301,7 @@ async def _handle(
         status=status,
         generation=meta.get("generation"),
         deleting=deleting,
+        normal_events=settings.events == "all",
     )
 
 
@@ -538,6 +543,7 @@ async def reconcile_connection(
         patch=patch,
         status=status,
         generation=meta.get("generation"),
+        normal_events=memo.settings.events == "all",
     )
 
 
@@ -614,6 +620,7 @@ async def finalize_connection(
         status=status,
         generation=meta.get("generation"),
         deleting=True,
+        normal_events=memo.settings.events == "all",
     )
 
 

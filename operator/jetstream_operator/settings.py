@@ -42,6 +42,10 @@ class OperatorSettings(BaseSettings):
     cannot flood the API server; the rest wait for a later pass."""
     advisories: bool = True
     """Repair out-of-band changes as soon as the server announces them."""
+    events: Literal["all", "warnings"] = "all"
+    """Which Kubernetes Events to post: all (Created, Updated, DriftRepaired... and every
+    Warning), or warnings only. Each Normal Event is an API write: at thousands of resources
+    created at once, `warnings` saves about a third of the writes."""
     read_only: bool = False
     """Observe and report only: never create, update or delete anything in NATS."""
     require_connection_ref: bool = False

@@ -64,6 +64,7 @@ class WatchSettings:
     use_advisories: bool = True
     read_only: bool = False
     pause_annotation: str = ""
+    normal_events: bool = True
 
 
 def stream_mark(info: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -441,4 +442,6 @@ class DriftWatcher:
                 },
             }
             for event in result.events:
+                if event.type == "Normal" and not self._settings.normal_events:
+                    continue
                 await self._writer.post_event(reference, event.type, event.reason, event.message)
