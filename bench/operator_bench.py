@@ -68,6 +68,10 @@ WATCH_RESTARTS = 50
 # -- what the API server and NATS say they served --------------------------------------------------
 
 
+OPERATOR_ENV: dict[str, str] = {}
+"""Settings every operator of the run gets (--operator-env), e.g. JETSTREAM_OPERATOR_EVENTS."""
+
+
 def apiserver_writes(url: str, context: Any) -> Counter[str]:
     """Writes kube-apiserver has served, as `VERB resource[/subresource]`, from its /metrics."""
     return served_writes(url, context)
@@ -322,7 +326,7 @@ class Bench:
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
         for index, selection in enumerate(namespaces or [""]):
-            env = {**(extra_env or {})}
+            env = {**OPERATOR_ENV, **(extra_env or {})}
             if index == 0:
                 env["JETSTREAM_OPERATOR_METRICS_PORT"] = str(self.metrics_port)
             if selection:
@@ -627,6 +631,8 @@ def idle_kinds(bench: Bench, count: int) -> list[ObjectWatch]:
         bench.watch(namespace, "natsconnections"),
         bench.watch(namespace, "streams", kind_of=stream_kind),
         bench.watch(namespace, "consumers"),
+        bench.watch(namespace, "keyvalues", kind_of=lambda _: "KeyValues"),
+        bench.watch(namespace, "objectstores", kind_of=lambda _: "ObjectStores"),
     ]
     streams = [stream_body(i, "K", 3, "cluster") for i in range(count)] + [
         stream_body(i, "K", 1, "cluster") for i in range(count, 2 * count)
@@ -635,8 +641,23 @@ def idle_kinds(bench: Bench, count: int) -> list[ObjectWatch]:
     bench.create_many(
         namespace, "consumers", [consumer_body(i, "cluster") for i in range(2 * count)]
     )
+    for plural, kind in (("keyvalues", "KeyValue"), ("objectstores", "ObjectStore")):
+        buckets = [
+            {
+                "kind": kind,
+                "metadata": {"name": f"b{i}"},
+                "spec": {
+                    "bucket": f"b{i}",
+                    "replicas": 3 if i % 2 else 1,
+                    "connectionRef": "cluster",
+                },
+            }
+            for i in range(count)
+        ]
+        bench.create_many(namespace, plural, buckets)
     wait_ready(watches[:1], 1, timeout=300)
-    wait_ready(watches[1:], 2 * count, timeout=600)
+    wait_ready(watches[1:3], 2 * count, timeout=600)
+    wait_ready(watches[3:], count, timeout=600)
     return watches
 
 
@@ -1012,14 +1033,20 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
 
 
 def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Namespace) -> str:
-    lines = [f"Machine: {machine()}", "", *(convergence_table(rows) if rows else [])]
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(OPERATOR_ENV.items())) or "defaults"
+    lines = [
+        f"Machine: {machine()}; operator settings: {settings}",
+        "",
+        *(convergence_table(rows) if rows else []),
+    ]
     idle_row = next((row for row in rows if "idle" in row), None)
     if idle_row:
         idle, drift, again = idle_row["idle"], idle_row["drift"], idle_row["restart"]
         lines += [
             "",
             f"Idle, N={idle_row['size']} plus {args.kind_count} R3 and {args.kind_count} R1 "
-            f"streams with a consumer each on a NatsConnection to a 3-node cluster, "
+            f"streams with a consumer each, {args.kind_count} KeyValues and {args.kind_count} "
+            "ObjectStores (half R3) on a NatsConnection to a 3-node cluster, "
             f"{idle['seconds']:.0f} s after {args.settle:.0f} s settling:",
             f"- Kubernetes writes/min (not counting leases): {idle['k8s_writes_per_min']:.1f}; "
             f"all by verb and resource: {idle['k8s_writes']}",
@@ -1131,7 +1158,15 @@ def main() -> int:
     parser.add_argument("--nack-drift-samples", type=int, default=20)
     parser.add_argument("--nack-drift-timeout", type=float, default=90)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per convergence")
+    parser.add_argument(
+        "--operator-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for every operator of the run, e.g. JETSTREAM_OPERATOR_EVENTS=warnings",
+    )
     args = parser.parse_args()
+    OPERATOR_ENV.update(pair.split("=", 1) for pair in args.operator_env)
     if args.sizes and args.idle_size not in args.sizes:
         parser.error("--idle-size must be one of --sizes")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # runs the finally: blocks

@@ -21,6 +21,7 @@ from jetstream_operator.reconcile.live_state import (
     keyvalue_live_state,
     object_count_request,
     objectstore_live_state,
+    stream_live_state,
 )
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
 from jetstream_operator.reconcile.stream_config import config_differences, desired_stream_config
@@ -199,3 +200,12 @@ def test_live_state_shows_what_a_bucket_holds() -> None:
     assert state["leader"] == "n1" and state["replicaStates"][0]["name"] == "n2"
     assert objectstore_live_state({"config": {"sealed": True}})["sealed"] is True
     assert object_count_request("files")["subjects_filter"] == "$O.files.M.>"
+
+
+def test_a_single_server_shows_no_leader_whichever_request_was_made() -> None:
+    """STREAM.INFO names a single server as leader, STREAM.LIST does not: the status must not
+    flip between them (found by the bench: one write per stream after its first listing)."""
+    by_info = {"config": {"name": "S"}, "cluster": {"leader": "NAO6HQ"}}
+    by_list = {"config": {"name": "S"}}
+    assert stream_live_state(by_info) == stream_live_state(by_list)
+    assert stream_live_state(by_info)["leader"] is None

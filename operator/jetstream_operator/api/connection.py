@@ -131,8 +131,8 @@ class NatsConnectionStatus(OperatorStatus):
 
     server_version: str | None = None
     """Version of the server the operator is connected to."""
-    server_name: str | None = None
-    """Name of that server."""
+    cluster: str | None = None
+    """Name of the NATS cluster, when the servers form one."""
     jetstream_domain: str | None = None
     """JetStream domain reported by the server."""
     account: AccountUsage | None = None

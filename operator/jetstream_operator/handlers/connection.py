@@ -114,11 +114,14 @@ async def check(
         message = f"JetStream refused the account information request: {error.description}"
         return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True), None
     server = getattr(connection, "_server_info", {}) or {}
+    # Which server of a cluster answered changes with every reconnect and restart: status names
+    # the cluster, so an operator restart writes nothing for a connection in sync.
+    cluster = server.get("cluster")
     status = {
         "serverVersion": server.get("version"),
-        "serverName": server.get("server_name"),
+        "cluster": cluster,
         "jetstreamDomain": info.get("domain") or spec.js_domain,
         "account": account_usage(info),
     }
-    message = f"connected to {server.get('server_name') or 'NATS'}; JetStream answers"
+    message = f"connected to {f'cluster {cluster}' if cluster else 'NATS'}; JetStream answers"
     return Result(Outcome(True, "Connected", message), status=status), target

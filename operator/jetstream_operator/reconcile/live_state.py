@@ -8,10 +8,13 @@ from typing import Any
 def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
     config = info.get("config") or {}
     cluster = info.get("cluster") or {}
+    clustered = bool(cluster.get("name"))
     return {
         "streamName": config.get("name"),
         "cluster": cluster.get("name"),
-        "leader": cluster.get("leader"),
+        # A single server names itself leader in INFO but not in LIST: shown only in a
+        # cluster, so passes from either request agree and write nothing.
+        "leader": cluster.get("leader") if clustered else None,
         "replicaStates": [
             {
                 "name": replica.get("name", ""),
