@@ -100,7 +100,15 @@ class ConsumerSweep:
             self._everything = False
             chosen = set(ordered)
         else:
-            chosen = {name for name in ordered if stream_mark(infos[name]) != self._marks.get(name)}
+            # A stream seen for the first time had its consumers made or checked by their
+            # handlers just now: it is only marked. Afterwards, a changed mark means a look.
+            chosen = {
+                name
+                for name in ordered
+                if name in self._marks and stream_mark(infos[name]) != self._marks[name]
+            }
+            for name in ordered:
+                self._marks.setdefault(name, stream_mark(infos[name]))
             if ordered:
                 # Fractions carry over, so a small account is not listed on every pass.
                 self._credit += len(ordered) * self._share
