@@ -279,3 +279,28 @@ def test_the_registry_keeps_only_what_drift_repair_reads() -> None:
         "status": {"messages": 4},
     }
     assert kept.annotation("jetstream-operator.io/paused") == "true" and kept.generation == 3
+
+
+async def test_repairs_run_side_by_side_and_stop_starting_after_a_failure() -> None:
+    import asyncio
+
+    from jetstream_operator.handlers.drift import all_of
+    from jetstream_operator.nats.jsapi import JetStreamUnavailable
+
+    running, most, started = 0, 0, []
+
+    async def repair(index: int) -> None:
+        nonlocal running, most
+        started.append(index)
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        if index == 3:
+            raise JetStreamUnavailable("gone")
+
+    with pytest.raises(JetStreamUnavailable):
+        await all_of((repair(index) for index in range(40)), limit=4)
+    assert most == 4
+    assert len(started) < 40  # after the failure nothing new started
+    await all_of(repair(index) for index in range(4, 12))  # all succeed: no error

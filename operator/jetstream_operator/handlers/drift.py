@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import math
 import time
@@ -50,6 +51,31 @@ RECOUNT_GATHER = 0.5
 """Seconds to let consumer advisories gather before refreshing their streams' counts."""
 RECOUNT_BY_INFO = 8
 """Up to this many streams are refreshed by INFO each; more by one listing."""
+PARALLEL_REPAIRS = 8
+"""Resources repaired at once from one listing: a burst of status writes (consumer counts after
+thousands of consumers were made) then takes seconds rather than a write's latency each."""
+
+
+async def all_of(repairs: Iterable[Awaitable[None]], limit: int = PARALLEL_REPAIRS) -> None:
+    """Run the repairs, `limit` at a time. After a failure (a JetStreamUnavailable, which makes
+    the run loop back off) no further one starts; the first failure is raised."""
+    gate = asyncio.Semaphore(limit)
+    failures: list[BaseException] = []
+
+    async def one(repair: Awaitable[None]) -> None:
+        async with gate:
+            if failures:
+                if inspect.iscoroutine(repair):
+                    repair.close()  # never started: nothing to clean up
+                return
+            try:
+                await repair
+            except Exception as error:
+                failures.append(error)
+
+    await asyncio.gather(*(one(repair) for repair in repairs))
+    if failures:
+        raise failures[0]
 
 
 def needs_care(resource: TrackedResource) -> bool:
@@ -278,12 +304,12 @@ class DriftWatcher:
         else:
             listed = await jetstream.list_streams()
             infos = {str(info.get("config", {}).get("name")): info for info in listed}
-        for name in names:
-            info = infos.get(name)
-            if info is None:
-                continue
-            for resource in self._streams.with_spec("name", name):
-                await self._repair(STREAM_KIND.resource, resource, jetstream, info)
+        await all_of(
+            self._repair(STREAM_KIND.resource, resource, jetstream, infos[name])
+            for name in names
+            if infos.get(name) is not None
+            for resource in self._streams.with_spec("name", name)
+        )
 
     def _look_again(self, stream: str, consumer: str, delay: float = 1.0) -> None:
         key = (stream, consumer)
@@ -330,11 +356,12 @@ class DriftWatcher:
         infos = {
             str(info.get("config", {}).get("name")): info for info in await jetstream.list_streams()
         }
-        for kind, registry in self._backed.items():
-            for resource in registry:
-                name = kind.stream_name(resource.spec)
-                if name is not None:
-                    await self._repair(kind.resource, resource, jetstream, infos.get(name))
+        await all_of(
+            self._repair(kind.resource, resource, jetstream, infos.get(name))
+            for kind, registry in self._backed.items()
+            for resource in registry
+            if (name := kind.stream_name(resource.spec)) is not None
+        )
         by_stream: dict[str, list[TrackedResource]] = {}
         for resource in self._consumers:
             if not self.belongs(resource):
