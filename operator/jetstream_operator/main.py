@@ -310,7 +310,9 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
     and ObjectStore; the kind only says how its spec becomes a stream."""
     plural = kind.resource.plural
 
-    @kopf.on.event(GROUP, VERSION, plural)
+    # The id keeps kopf's log lines for it under "Handler 'remember_<kind>'", which the CLI
+    # filters out as routine.
+    @kopf.on.event(GROUP, VERSION, plural, id=f"remember_{kind.resource.singular}")
     async def remember(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         """Keep the registry current, so drift repair finds resources without API requests.
 

@@ -62,6 +62,7 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
     import kopf
 
     from jetstream_operator import main  # registers the handlers
+    from jetstream_operator.cli import REGISTRY_HANDLERS
 
     registry = kopf.get_default_registry()
     plurals = set()
@@ -69,5 +70,7 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
         assert handler.selector is not None
         plurals.add(handler.selector.any_name)
         assert inspect.iscoroutinefunction(handler.fn), handler
+        # kopf logs each run as "Handler '<id>' succeeded": the CLI drops those lines by id.
+        assert f"Handler '{handler.id}'".startswith(REGISTRY_HANDLERS), handler.id
     kinds = (*(backed.resource for backed in main.STREAM_BACKED), main.CONSUMER)
     assert plurals >= {kind.plural for kind in kinds} | {"natsconnections"}
