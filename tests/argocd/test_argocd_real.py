@@ -76,11 +76,14 @@ def application(
 
 def synced(revision: str, health: str = "Healthy") -> Any:
     def check(app: dict[str, Any]) -> bool:
+        """Synced at the revision with this health, and the sync operation finished: the sync
+        status can read Synced while the operation that got there is still being recorded."""
         status = app.get("status", {})
         return (
             status.get("sync", {}).get("status") == "Synced"
             and status.get("sync", {}).get("revision") == revision
             and status.get("health", {}).get("status") == health
+            and bool(status.get("operationState", {}).get("finishedAt"))
         )
 
     return check
