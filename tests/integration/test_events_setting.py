@@ -25,6 +25,7 @@ async def test_warnings_only_posts_no_normal_event(
         resources.create(
             "streams", {"kind": "Stream", "metadata": {"name": "calm"}, "spec": {"name": name}}
         )
+
         async def ready() -> bool:
             return is_ready(resources.get("streams", "calm"))
 
