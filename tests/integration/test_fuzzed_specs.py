@@ -257,6 +257,18 @@ objectstore_batches = st.lists(
 )
 
 
+FUZZ_TIMEOUT = pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
+FUZZ_SETTINGS = settings(
+    max_examples=BATCHES,
+    deadline=None,
+    derandomize=SCALE == 1,
+    # Each example costs seconds against real servers: report a failing batch as found.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+"""The same for every kind: a few batches, reproducible in make test, large under make chaos."""
+
+
 def _apply(resources: Resources, plural: str, kind: str, spec: dict[str, Any]) -> str | None:
     """Create the resource; None when admission refused it (with a message naming a field)."""
     name = f"fuzz{next(_serial)}"
@@ -325,15 +337,8 @@ def _settle_and_stay_quiet(
         resources.delete(plural, name)
 
 
-@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
-@settings(
-    max_examples=BATCHES,
-    deadline=None,
-    derandomize=SCALE == 1,
-    # Each example costs seconds against real servers: report a failing batch as found.
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@FUZZ_TIMEOUT
+@FUZZ_SETTINGS
 @given(specs=stream_batches)
 def test_any_stream_spec_is_refused_or_settles(
     specs: list[dict[str, Any]],
@@ -347,15 +352,8 @@ def test_any_stream_spec_is_refused_or_settles(
     assert operator_process.running, "the operator crashed"
 
 
-@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
-@settings(
-    max_examples=BATCHES,
-    deadline=None,
-    derandomize=SCALE == 1,
-    # Each example costs seconds against real servers: report a failing batch as found.
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@FUZZ_TIMEOUT
+@FUZZ_SETTINGS
 @given(specs=consumer_batches)
 def test_any_consumer_spec_is_refused_or_settles(
     specs: list[dict[str, Any]],
@@ -374,14 +372,8 @@ def test_any_consumer_spec_is_refused_or_settles(
     assert operator_process.running, "the operator crashed"
 
 
-@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
-@settings(
-    max_examples=BATCHES,
-    deadline=None,
-    derandomize=SCALE == 1,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@FUZZ_TIMEOUT
+@FUZZ_SETTINGS
 @given(specs=keyvalue_batches)
 def test_any_keyvalue_spec_is_refused_or_settles(
     specs: list[dict[str, Any]],
@@ -395,14 +387,8 @@ def test_any_keyvalue_spec_is_refused_or_settles(
     assert operator_process.running, "the operator crashed"
 
 
-@pytest.mark.timeout(120 + PER_BATCH_SECONDS * BATCHES)
-@settings(
-    max_examples=BATCHES,
-    deadline=None,
-    derandomize=SCALE == 1,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@FUZZ_TIMEOUT
+@FUZZ_SETTINGS
 @given(specs=objectstore_batches)
 def test_any_objectstore_spec_is_refused_or_settles(
     specs: list[dict[str, Any]],
