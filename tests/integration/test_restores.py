@@ -20,12 +20,33 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process
 
 
 def vanish(api_client: client.ApiClient, namespace: str, plural: str, name: str) -> None:
-    """Remove a resource without the operator finalizing it, as a cluster that is lost does."""
+    """Remove a resource without the operator finalizing it, as a cluster that is lost does.
+
+    The running operator puts its finalizer back on a resource that lacks one, so the delete
+    is made conditional on the version without finalizers and tried again if it was beaten.
+    """
     objects = client.CustomObjectsApi(api_client)
-    objects.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, plural, name, {"metadata": {"finalizers": None}}
-    )
-    objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    for _ in range(20):
+        stripped = objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name, {"metadata": {"finalizers": None}}
+        )
+        precondition = client.V1Preconditions(
+            resource_version=stripped["metadata"]["resourceVersion"]
+        )
+        try:
+            objects.delete_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body=client.V1DeleteOptions(preconditions=precondition),
+            )
+            return
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+    raise AssertionError(f"{plural}/{name} kept getting a finalizer back")
 
 
 def events_of(api_client: client.ApiClient, namespace: str, name: str) -> list[Any]:
