@@ -147,7 +147,11 @@ def test_install_failover_upgrade_uninstall(
     peering = wait_for(lambda: active_peer(objects, operator_pods()), 60, "an active peer")
     core.delete_namespaced_pod(peering, system)
     wait_for(lambda: peering not in {p.metadata.name for p in operator_pods()}, 120, "pod gone")
-    create_stream("after-failover")
+    try:
+        create_stream("after-failover")
+    except AssertionError as error:
+        state = operator_state(core, objects, system, watched)
+        raise AssertionError(f"{error}\n{state}") from None
 
     # Upgrade: a new image tag and a CRD with a new optional field; everything stays Ready.
     docker.cli("tag", operator_image, f"{repository}:{UPGRADED_TAG}")
@@ -204,6 +208,30 @@ def active_peer(objects: client.CustomObjectsApi, pods: list[client.V1Pod]) -> s
                 candidate = (int(info.get("priority", 0)), pod)
                 best = candidate if best is None or candidate > best else best
     return best[1] if best is not None else None
+
+
+def operator_state(
+    core: client.CoreV1Api, objects: client.CustomObjectsApi, system: str, watched: str
+) -> str:
+    """The peering records, the Streams' metadata and status, and each operator pod's phase
+    and last log lines: what a failed hand-over needs to be understood."""
+    peerings = objects.list_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings")
+    lines = [f"peerings: {[item.get('status') for item in peerings['items']]}"]
+    for stream in objects.list_namespaced_custom_object(GROUP, VERSION, watched, "streams")[
+        "items"
+    ]:
+        metadata = stream["metadata"]
+        lines.append(
+            f"stream {metadata['name']}: finalizers {metadata.get('finalizers')}, annotations "
+            f"{metadata.get('annotations')}, status {stream.get('status')}"
+        )
+    for pod in core.list_namespaced_pod(system).items:
+        lines.append(f"--- pod {pod.metadata.name} ({pod.status.phase})")
+        try:
+            lines.append(core.read_namespaced_pod_log(pod.metadata.name, system, tail_lines=80))
+        except client.ApiException as error:
+            lines.append(f"no log: {error.status} {error.reason}")
+    return "\n".join(lines)
 
 
 def leftovers(api: client.ApiClient) -> list[str]:
