@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from jetstream_operator.cli import main
-from jetstream_operator.export.kinds import CONSUMERS, STREAMS
+from jetstream_operator.export.kinds import CONSUMERS, KEY_VALUES, OBJECT_STORES, STREAMS
 from jetstream_operator.export.manifests import (
     NameBook,
     StreamWithConsumers,
@@ -22,6 +22,7 @@ from jetstream_operator.export.manifests import (
 )
 from jetstream_operator.export.nack import convert_documents
 
+S = 1_000_000_000
 SERVER_METADATA = {"_nats.req.level": "0", "_nats.ver": "2.12.1", "_nats.level": "1"}
 
 
@@ -217,8 +218,6 @@ def test_export_account_skips_what_it_cannot_or_must_not_adopt() -> None:
                 {"name": "eph", "config": {**server_consumer("eph"), "durable_name": ""}},
             ],
         ),
-        StreamWithConsumers({"config": server_stream("KV_settings")}),
-        StreamWithConsumers({"config": server_stream("OBJ_files")}),
         StreamWithConsumers({"config": owned}),
     ]
     result = export_account(streams, namespace="apps", connection_ref="hub")
@@ -241,10 +240,154 @@ def test_export_account_skips_what_it_cannot_or_must_not_adopt() -> None:
         "streamRef": "orders-eu",
     }
     notes = "\n".join(result.notes)
-    assert "KV_settings: it is a KeyValue bucket" in notes
-    assert "OBJ_files: it is an ObjectStore" in notes
     assert "OWNED: it is already managed by ns/owned" in notes
     assert "Orders_EU/eph: it is ephemeral" in notes
+
+
+def server_kv(bucket: str, **changes: Any) -> dict[str, Any]:
+    """A bucket's stream as nats.go (prepareKeyValueConfig) makes it with nothing but a name."""
+    conventions = {
+        "subjects": [f"$KV.{bucket}.>"],
+        "max_msgs_per_subject": 1,
+        "discard": "new",
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "allow_direct": True,
+    }
+    return server_stream(f"KV_{bucket}", **(conventions | changes))
+
+
+def server_obj(bucket: str, **changes: Any) -> dict[str, Any]:
+    """An object store's stream as nats.go (prepareObjectStoreConfig) makes it."""
+    conventions = {
+        "subjects": [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        "discard": "new",
+        "allow_rollup_hdrs": True,
+        "allow_direct": True,
+    }
+    return server_stream(f"OBJ_{bucket}", **(conventions | changes))
+
+
+def test_a_default_bucket_exports_only_its_bucket_name() -> None:
+    for mapping, config in ((KEY_VALUES, server_kv("settings")), (OBJECT_STORES, server_obj("f"))):
+        exported = mapping.export(config)
+        assert exported.body() == {"bucket": config["name"].partition("_")[2]}
+        assert exported.unexpressed == []
+
+
+def test_a_nats_py_bucket_keeps_direct_off_and_its_message_ttls_follow() -> None:
+    # nats-py sends no allow_direct (off) and turns message TTLs on, which nothing turns off.
+    exported = KEY_VALUES.export(server_kv("py", allow_direct=False, allow_msg_ttl=True))
+    assert exported.body() == {"bucket": "py", "direct": False}
+    assert exported.unexpressed == []
+
+
+def test_a_bucket_exports_what_differs_under_its_own_field_names() -> None:
+    config = server_kv(
+        "cfg",
+        description="settings",
+        max_msgs_per_subject=5,
+        max_age=3600 * S,
+        max_msg_size=1024,
+        max_bytes=1 << 20,
+        storage="memory",
+        num_replicas=1,
+        compression="s2",
+        allow_msg_ttl=True,
+        subject_delete_marker_ttl=60 * S,
+        republish={"src": "$KV.cfg.>", "dest": "changes.>", "headers_only": True},
+        metadata={**SERVER_METADATA, "team": "a"},
+    )
+    exported = KEY_VALUES.export(config)
+    assert exported.body() == {
+        "bucket": "cfg",
+        "description": "settings",
+        "history": 5,
+        "ttl": "1h",
+        "maxValueSize": 1024,
+        "maxBytes": 1048576,
+        "storage": "memory",
+        "republish": {"destination": "changes.>", "headersOnly": True},
+        "compression": True,
+        "limitMarkerTtl": "1m",
+        "metadata": {"team": "a"},
+    }
+    assert exported.unexpressed == []
+    store = OBJECT_STORES.export(
+        server_obj("files", description="d", max_age=60 * S, duplicate_window=60 * S)
+    )
+    assert store.body() == {"bucket": "files", "description": "d", "ttl": "1m"}
+    assert store.unexpressed == []
+
+
+def test_mirror_and_source_buckets_are_named_by_bucket() -> None:
+    mirror = server_kv(
+        "copy",
+        subjects=[],
+        duplicate_window=0,
+        mirror={"name": "KV_origin"},
+        mirror_direct=True,
+    )
+    assert KEY_VALUES.export(mirror).body() == {"bucket": "copy", "mirror": {"name": "origin"}}
+    sourced = server_kv(
+        "all",
+        sources=[
+            {
+                "name": "KV_a",
+                "subject_transforms": [{"src": "$KV.a.>", "dest": "$KV.all.>"}],
+            },
+            {"name": "KV_b", "subject_transforms": [{"src": "$KV.b.x.>", "dest": "$KV.all.x.>"}]},
+        ],
+    )
+    exported = KEY_VALUES.export(sourced)
+    assert exported.body()["sources"] == [
+        {"name": "a"},
+        {"name": "KV_b", "subjectTransforms": [{"source": "$KV.b.x.>", "dest": "$KV.all.x.>"}]},
+    ]
+    assert exported.unexpressed == []
+
+
+def test_a_mixed_account_exports_each_stream_as_the_kind_that_says_it_exactly() -> None:
+    watcher = {**server_consumer("w"), "durable_name": ""}
+    streams = [
+        StreamWithConsumers(
+            {"config": server_kv("orders")},
+            [
+                {"name": "watcher", "config": watcher},
+                {"name": "audit", "config": server_consumer("audit")},
+            ],
+        ),
+        StreamWithConsumers({"config": server_obj("orders")}),
+        StreamWithConsumers(
+            {"config": server_stream("ORDERS")},
+            [{"name": "audit", "config": server_consumer("audit")}],
+        ),
+        # Made by hand under a bucket's name: no KeyValue says it, a Stream does.
+        StreamWithConsumers({"config": server_stream("KV_hand")}),
+        # nats-py's republish from ">": a KeyValue would send its own subjects instead.
+        StreamWithConsumers({"config": server_kv("wide", republish={"src": ">", "dest": "w.>"})}),
+    ]
+    result = export_account(reversed(streams), namespace="apps")
+    assert [(m["kind"], m["metadata"]["name"]) for m in result.manifests] == [
+        ("Stream", "kv-hand"),
+        ("KeyValue", "orders"),
+        ("Stream", "kv-wide"),
+        ("ObjectStore", "orders"),
+        ("Stream", "orders"),
+        ("Consumer", "orders-audit"),
+        ("Consumer", "orders-audit-376264e2"),
+    ]
+    kv_audit, stream_audit = result.manifests[-2:]
+    assert kv_audit["spec"]["streamName"] == "KV_orders" and "streamRef" not in kv_audit["spec"]
+    assert stream_audit["spec"]["streamRef"] == "orders"
+    assert result.manifests[2]["spec"]["republish"] == {"destination": "w.>"}  # ">" as a Stream
+    notes = "\n".join(result.notes)
+    assert "KV_hand exported as a Stream, not as a KeyValue: history: Input should be" in notes
+    assert "KV_wide exported as a Stream, not as a KeyValue: adopting would change republish" in (
+        notes
+    )
+    assert "KV_orders/watcher: it is ephemeral" in notes
+    assert export_account(streams, namespace="apps").manifests == result.manifests
 
 
 NACK_STREAM = {
@@ -281,11 +424,11 @@ NACK_CONSUMER = {
     "metadata": {"name": "worker"},
     "spec": {"durableName": "worker", "streamName": "ORDERS", "priorityPolicy": ""},
 }
-NACK_KV = {
+NACK_TEMPLATE = {
     "apiVersion": "jetstream.nats.io/v1beta2",
-    "kind": "KeyValue",
-    "metadata": {"name": "settings"},
-    "spec": {"bucket": "settings"},
+    "kind": "StreamTemplate",
+    "metadata": {"name": "tpl"},
+    "spec": {"name": "TPL"},
 }
 
 
@@ -332,15 +475,148 @@ def test_nack_values_that_are_set_are_kept() -> None:
     assert converted[1]["spec"]["ackWait"] == "30s"
 
 
+def nack(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "jetstream.nats.io/v1beta2",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": spec,
+    }
+
+
+# As the API server stores them with NACK's CRD defaults filled in (no storage default).
+NACK_CRD_DEFAULTS = {
+    "creds": "",
+    "nkey": "",
+    "servers": [],
+    "preventDelete": False,
+    "preventUpdate": False,
+    "tlsFirst": False,
+    "replicas": 1,
+}
+
+
+def test_nack_buckets_convert_with_their_defaults_and_nanoseconds_made_ours() -> None:
+    kv = nack(
+        "KeyValue",
+        "settings",
+        {
+            **NACK_CRD_DEFAULTS,
+            "bucket": "settings",
+            "history": 0,
+            "maxValueSize": 0,
+            "ttl": "",
+            "limitMarkerTtl": 90 * S,
+            "account": "hub",
+            "republish": {"destination": "changes.>"},
+        },
+    )
+    store = nack("ObjectStore", "files", {**NACK_CRD_DEFAULTS, "bucket": "files", "maxBytes": 0})
+    conversion = convert_documents([kv, store])
+    assert conversion.refused == []
+    converted_kv, converted_store = conversion.manifests
+    assert converted_kv["kind"] == "KeyValue"
+    assert converted_kv["spec"] == {
+        "preventDelete": False,
+        "preventUpdate": False,
+        "replicas": 1,
+        "bucket": "settings",
+        "limitMarkerTtl": "1m30s",
+        "connectionRef": "hub",
+        "republish": {"destination": "changes.>"},
+        "adoption": "IfUnowned",
+    }
+    assert converted_store["spec"] == {
+        "preventDelete": False,
+        "preventUpdate": False,
+        "replicas": 1,
+        "bucket": "files",
+        "adoption": "IfUnowned",
+    }
+    notes = "\n".join(conversion.notes)
+    assert "KeyValue apps/settings: spec.account hub became connectionRef: hub" in notes
+    assert "republish.source: NACK's bucket republishes from '>'; here that means $KV.settings" in (
+        notes
+    )
+    assert "storage" not in notes  # NACK's buckets are file storage, as ours
+
+
+def test_a_nack_account_becomes_a_nats_connection_reading_the_same_secrets() -> None:
+    account = nack(
+        "Account",
+        "hub",
+        {
+            "servers": ["nats://nats.nats.svc:4222"],
+            "tls": {"secret": {"name": "hub-tls"}, "ca": "ca.crt", "cert": "tls.crt", "key": "k"},
+            "creds": {"secret": {"name": "hub-creds"}, "file": "user.creds"},
+            "tlsFirst": False,
+        },
+    )
+    conversion = convert_documents([account])
+    (connection,) = conversion.manifests
+    assert connection["kind"] == "NatsConnection"
+    assert connection["metadata"] == {"name": "hub", "namespace": "apps"}
+    assert connection["spec"] == {
+        "servers": ["nats://nats.nats.svc:4222"],
+        "tls": {"secretName": "hub-tls", "caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "k"},
+        "creds": {"secretName": "hub-creds", "key": "user.creds"},
+    }
+    assert "reads Secret hub-creds, hub-tls under the same keys" in conversion.notes[0]
+    user = nack(
+        "Account",
+        "u",
+        {
+            "servers": ["nats://n:4222"],
+            "user": {"secret": {"name": "s"}, "user": "name", "password": "pw"},
+        },
+    )
+    assert convert_documents([user]).manifests[0]["spec"]["userPassword"] == {
+        "secretName": "s",
+        "usernameKey": "name",
+        "passwordKey": "pw",
+    }
+
+
 def test_nack_kinds_without_a_counterpart_are_refused_by_name() -> None:
     invalid = {**NACK_CONSUMER, "spec": {"durableName": "a.b", "streamName": "S"}}
-    conversion = convert_documents([NACK_KV, invalid, {"apiVersion": "v1", "kind": "Secret"}])
+    servers = {"servers": ["nats://n:4222"]}
+    documents = [
+        nack("StreamTemplate", "t", {"name": "T"}),
+        invalid,
+        {"apiVersion": "v1", "kind": "Secret"},
+        nack("Account", "no-servers", {"token": {"secret": {"name": "s"}, "token": "t"}}),
+        nack("Account", "mounted", {**servers, "creds": {"file": "/etc/nack/a.creds"}}),
+        nack(
+            "Account",
+            "two",
+            {
+                **servers,
+                "token": {"secret": {"name": "s"}, "token": "t"},
+                "nkey": {"secret": {"name": "s"}, "seed": "seed"},
+            },
+        ),
+        nack("KeyValue", "bad", {"bucket": "a.b"}),
+    ]
+    conversion = convert_documents(documents)
     assert conversion.manifests == []
     assert conversion.refused[0] == (
-        "KeyValue settings: not convertible yet (only Stream and Consumer are)"
+        "StreamTemplate apps/t: not convertible "
+        "(only Stream, Consumer, KeyValue, ObjectStore, Account are)"
     )
     assert "Consumer worker: its spec is not valid here" in conversion.refused[1]
     assert "ignored Secret" in conversion.notes[0]
+    assert (
+        "Account apps/no-servers: no spec.servers: NACK used its controller's"
+        in (conversion.refused[2])
+    )
+    assert (
+        "Account apps/mounted: spec.creds names files mounted in NACK's controller"
+        in (conversion.refused[3])
+    )
+    assert conversion.refused[4] == (
+        "Account apps/two: it combines nkey, token; a NatsConnection uses one"
+    )
+    assert "KeyValue apps/bad: its spec is not valid here" in conversion.refused[5]
 
 
 def test_from_nack_command_writes_files_and_fails_only_when_strict(
@@ -348,13 +624,14 @@ def test_from_nack_command_writes_files_and_fails_only_when_strict(
 ) -> None:
     source = tmp_path / "nack"
     source.mkdir()
-    (source / "all.yaml").write_text(yaml.safe_dump_all([NACK_STREAM, NACK_CONSUMER, NACK_KV]))
+    documents = [NACK_STREAM, NACK_CONSUMER, NACK_TEMPLATE]
+    (source / "all.yaml").write_text(yaml.safe_dump_all(documents))
     assert main(["export", "--from-nack", str(source)]) == 0
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in documents] == ["Stream", "Consumer"]
     out = tmp_path / "out"
     assert main(["export", "--from-nack", str(source), "--output-dir", str(out), "--strict"]) == 1
     captured = capsys.readouterr()
-    assert "not converted: KeyValue settings" in captured.err
+    assert "not converted: StreamTemplate tpl" in captured.err
     assert sorted(p.name for p in out.iterdir()) == ["consumer-worker.yaml", "stream-orders.yaml"]
     assert yaml.safe_load((out / "stream-orders.yaml").read_text())["spec"]["storage"] == "memory"

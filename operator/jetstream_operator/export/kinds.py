@@ -5,7 +5,8 @@ shared `minimal_spec` then drops every field whose removal leaves the forward ma
 config unchanged, so the result says only what differs from our defaults, whatever those
 defaults are (2m duplicate window or maxAge, 30s ack wait, 1000 max ack pending...). The same
 forward mapping then checks the result: a field that cannot be expressed is reported, never
-silently lost. A KeyValue or ObjectStore kind adds one more KindMapping.
+silently lost. KeyValue and ObjectStore read the same stream config as Stream does and rename
+what their spec calls otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from pydantic import ValidationError
 
 from ..api.base import ResourceModel
 from ..api.consumer import ConsumerSpec
+from ..api.keyvalue import KeyValueSpec
+from ..api.objectstore import ObjectStoreSpec
 from ..api.stream import StreamSpec
+from ..reconcile.bucket_config import (
+    KV_STREAM_PREFIX,
+    OBJ_STREAM_PREFIX,
+    keyvalue_stream_spec,
+    kv_subjects,
+    objectstore_stream_spec,
+)
 from ..reconcile.consumer_config import (
     DELIVER_POLICIES,
     consumer_differences,
@@ -31,8 +41,10 @@ from ..reconcile.stream_config import (
     ServerConfig,
     config_differences,
     desired_stream_config,
+    newer_flags_off,
     server_chosen_fields,
 )
+from ..reconcile.stream_plan import following_server
 
 SpecT = TypeVar("SpecT", bound=ResourceModel)
 
@@ -98,17 +110,11 @@ class KindMapping(ABC, Generic[SpecT]):
         """The forward mapping: the config the operator would hold the server to."""
 
     @abstractmethod
-    def compare(
-        self, spec: SpecT, desired: ServerConfig, actual: ServerConfig
-    ) -> list[FieldDifference]:
-        """The operator's own comparison of desired and actual configs."""
-
     def differences(
         self, spec: SpecT, context: Mapping[str, Any], actual: ServerConfig
     ) -> list[FieldDifference]:
-        """What adopting this spec would change on the server besides the owner record."""
-        desired = self.desired(spec, context)
-        return self.compare(spec, _without_owner(desired), _without_owner(actual))
+        """What adopting this spec would change on the server besides the owner record, as the
+        operator's own comparison sees it."""
 
     def _validate(self, fields: Mapping[str, Any]) -> SpecT | None:
         try:
@@ -155,9 +161,35 @@ def _source(source: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-class StreamMapping(KindMapping[StreamSpec]):
+class StreamBackedMapping(KindMapping[SpecT]):
+    """A kind holding one stream, compared as the operator's stream planner compares: immutable
+    fields the spec leaves out follow the server, fields the server chooses are not compared."""
+
+    stream_prefix: ClassVar[str] = ""
+
+    @abstractmethod
+    def to_stream(self, spec: SpecT) -> StreamSpec:
+        """The Stream spec the operator translates this kind's spec into."""
+
+    def desired(self, spec: SpecT, context: Mapping[str, Any]) -> ServerConfig:
+        return desired_stream_config(self.to_stream(spec), PROBE_OWNER)
+
+    def differences(
+        self, spec: SpecT, context: Mapping[str, Any], actual: ServerConfig
+    ) -> list[FieldDifference]:
+        stream = following_server(self.to_stream(spec), actual)
+        desired = newer_flags_off(desired_stream_config(stream, PROBE_OWNER), actual)
+        return config_differences(
+            _without_owner(desired), _without_owner(actual), server_chosen_fields(stream)
+        )
+
+
+class StreamMapping(StreamBackedMapping[StreamSpec]):
     kind = "Stream"
     model = StreamSpec
+
+    def to_stream(self, spec: StreamSpec) -> StreamSpec:
+        return spec
 
     def spec_fields(self, config: ServerConfig, context: Mapping[str, Any]) -> dict[str, Any]:
         placement = config.get("placement") or {}
@@ -227,14 +259,6 @@ class StreamMapping(KindMapping[StreamSpec]):
             }
         )
 
-    def desired(self, spec: StreamSpec, context: Mapping[str, Any]) -> ServerConfig:
-        return desired_stream_config(spec, PROBE_OWNER)
-
-    def compare(
-        self, spec: StreamSpec, desired: ServerConfig, actual: ServerConfig
-    ) -> list[FieldDifference]:
-        return config_differences(desired, actual, server_chosen_fields(spec))
-
 
 class ConsumerMapping(KindMapping[ConsumerSpec]):
     """Context: `stream` (the stream's name in NATS) and `stream_limits` (its consumer_limits),
@@ -289,11 +313,114 @@ class ConsumerMapping(KindMapping[ConsumerSpec]):
             spec, PROBE_OWNER, context["stream"], stream_limits=context.get("stream_limits")
         )
 
-    def compare(
-        self, spec: ConsumerSpec, desired: ServerConfig, actual: ServerConfig
+    def differences(
+        self, spec: ConsumerSpec, context: Mapping[str, Any], actual: ServerConfig
     ) -> list[FieldDifference]:
-        return consumer_differences(desired, actual)
+        desired = self.desired(spec, context)
+        return consumer_differences(_without_owner(desired), _without_owner(actual))
+
+
+def _renamed(fields: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """Stream spec fields under the names a bucket's spec gives them."""
+    return {ours: fields[stream] for stream, ours in names.items() if stream in fields}
+
+
+_BUCKET_FIELDS = {
+    "description": "description",
+    "max_age": "ttl",
+    "max_bytes": "max_bytes",
+    "storage": "storage",
+    "replicas": "replicas",
+    "placement": "placement",
+    "metadata": "metadata",
+}
+"""Stream spec fields both bucket kinds have (the stream's max_age is their ttl)."""
+_KEY_VALUE_FIELDS = {
+    **_BUCKET_FIELDS,
+    "max_msgs_per_subject": "history",
+    "max_msg_size": "max_value_size",
+    "allow_direct": "direct",
+    "subject_delete_marker_ttl": "limit_marker_ttl",
+}
+
+
+class BucketMapping(StreamBackedMapping[SpecT]):
+    """A Key-Value bucket or Object Store: its stream read as a Stream, then renamed. Whatever
+    the bucket's spec cannot say (a stream made by hand under a bucket's name) shows up as a
+    difference of the forward mapping, never silently."""
+
+    fields: ClassVar[Mapping[str, str]]
+
+    def bucket(self, config: ServerConfig) -> str:
+        return str(config["name"]).removeprefix(self.stream_prefix)
+
+    def spec_fields(self, config: ServerConfig, context: Mapping[str, Any]) -> dict[str, Any]:
+        stream = STREAMS.spec_fields(config, context)
+        bucket = self.bucket(config)
+        return {
+            **_renamed(stream, self.fields),
+            **self.kind_fields(stream, bucket),
+            "bucket": bucket,
+            "compression": stream.get("compression") == "s2",
+        }
+
+    def kind_fields(self, stream: Mapping[str, Any], bucket: str) -> dict[str, Any]:
+        """Fields this kind says differently from a Stream (none by default)."""
+        return {}
+
+
+class KeyValueMapping(BucketMapping[KeyValueSpec]):
+    kind = "KeyValue"
+    model = KeyValueSpec
+    stream_prefix = KV_STREAM_PREFIX
+    fields = _KEY_VALUE_FIELDS
+
+    def to_stream(self, spec: KeyValueSpec) -> StreamSpec:
+        return keyvalue_stream_spec(spec)
+
+    def kind_fields(self, stream: Mapping[str, Any], bucket: str) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        if republish := stream.get("republish"):
+            own = republish["source"] == kv_subjects(bucket)  # what ">" stands for in a bucket
+            fields["republish"] = {**republish, "source": ">"} if own else republish
+        if stream.get("mirror"):
+            fields["mirror"] = {**stream["mirror"], "name": _bucket_name(stream["mirror"]["name"])}
+        if stream.get("sources"):
+            fields["sources"] = [_kv_source(source, bucket) for source in stream["sources"]]
+        return fields
+
+
+def _bucket_name(stream: str) -> str:
+    """A KV_ stream named by its bucket, as a spec names mirrors and sources."""
+    bucket = stream.removeprefix(KV_STREAM_PREFIX)
+    return bucket or stream
+
+
+def _kv_source(source: Mapping[str, Any], bucket: str) -> dict[str, Any]:
+    """The reverse of the clients' source rule: the subject transform they add to copy another
+    bucket's keys into this one is implied by naming that bucket."""
+    origin = _bucket_name(source["name"])
+    implied = [{"source": kv_subjects(origin), "dest": kv_subjects(bucket)}]
+    transforms = source.get("subject_transforms")
+    if not source["name"].startswith(KV_STREAM_PREFIX) or transforms not in (None, implied):
+        return dict(source)  # taken as written by the forward mapping
+    return {key: value for key, value in source.items() if key != "subject_transforms"} | {
+        "name": origin
+    }
+
+
+class ObjectStoreMapping(BucketMapping[ObjectStoreSpec]):
+    kind = "ObjectStore"
+    model = ObjectStoreSpec
+    stream_prefix = OBJ_STREAM_PREFIX
+    fields = _BUCKET_FIELDS
+
+    def to_stream(self, spec: ObjectStoreSpec) -> StreamSpec:
+        return objectstore_stream_spec(spec)
 
 
 STREAMS = StreamMapping()
 CONSUMERS = ConsumerMapping()
+KEY_VALUES = KeyValueMapping()
+OBJECT_STORES = ObjectStoreMapping()
+BUCKETS: tuple[BucketMapping[Any], ...] = (KEY_VALUES, OBJECT_STORES)

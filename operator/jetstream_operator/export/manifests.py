@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from .. import API_VERSION
 from ..reconcile.ownership import recorded_owner
-from .kinds import CONSUMERS, STREAMS, Exported, KindMapping
+from .kinds import BUCKETS, CONSUMERS, STREAMS, Exported, KindMapping, StreamBackedMapping
 
 MAX_NAME = 253
-SKIPPED_PREFIXES = {"KV_": "a KeyValue bucket", "OBJ_": "an ObjectStore"}
-"""Streams that back kinds this operator does not have yet; skipped until it does."""
 
 
 def kubernetes_name(text: str) -> str:
@@ -88,22 +88,61 @@ def _adopting(exported: Exported[Any], connection_ref: str | None) -> dict[str, 
     return body
 
 
+def _changes(exported: Exported[Any]) -> str:
+    return "adopting would change " + ", ".join(
+        difference.describe() for difference in exported.unexpressed
+    )
+
+
 def _unexpressed_note(mapping: KindMapping[Any], label: str, exported: Exported[Any]) -> list[str]:
     if not exported.unexpressed:
         return []
-    fields = ", ".join(difference.describe() for difference in exported.unexpressed)
-    return [f"{mapping.kind} {label}: not reproduced exactly, adopting would change {fields}"]
+    return [f"{mapping.kind} {label}: not reproduced exactly, {_changes(exported)}"]
 
 
-def _skip_reason(config: Mapping[str, Any]) -> str | None:
-    name = str(config.get("name", ""))
-    for prefix, what in SKIPPED_PREFIXES.items():
-        if name.startswith(prefix):
-            return f"is {what}; that kind is not supported yet"
+def _owned_note(what: str, label: str, config: Mapping[str, Any]) -> list[str]:
     owner = recorded_owner(dict(config))
-    if owner is not None:
-        return f"is already managed by {owner.describe()}"
-    return None
+    if owner is None:
+        return []
+    return [f"skipped {what} {label}: it is already managed by {owner.describe()}"]
+
+
+def _invalid(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, item['loc'])) or 'spec'}: {item['msg']}" for item in error.errors()
+    )
+
+
+@dataclass(frozen=True)
+class StreamExport:
+    """One stream as the kind that describes it exactly."""
+
+    mapping: StreamBackedMapping[Any]
+    exported: Exported[Any]
+    name: str
+    """The name the resource is named after: the bucket, or the stream."""
+    notes: list[str] = field(default_factory=list)
+
+
+def export_stream(config: Mapping[str, Any]) -> StreamExport:
+    """A `KV_`/`OBJ_` stream as its bucket kind when that kind reproduces it exactly; otherwise
+    (a stream made by hand under a bucket's name, or a value the bucket kind cannot say) as a
+    Stream, with a note saying why, so nothing is lost or changed by adopting it."""
+    stream = str(config["name"])
+    for mapping in BUCKETS:
+        if not stream.startswith(mapping.stream_prefix):
+            continue
+        try:
+            exported = mapping.export(dict(config))
+        except ValidationError as error:
+            why = _invalid(error)
+        else:
+            if not exported.unexpressed:
+                return StreamExport(mapping, exported, exported.spec.bucket)
+            why = _changes(exported)
+        note = f"stream {stream} exported as a Stream, not as a {mapping.kind}: {why}"
+        return StreamExport(STREAMS, STREAMS.export(dict(config)), stream, [note])
+    return StreamExport(STREAMS, STREAMS.export(dict(config)), stream)
 
 
 def export_account(
@@ -111,22 +150,24 @@ def export_account(
     namespace: str | None = None,
     connection_ref: str | None = None,
 ) -> ExportResult:
-    """Stream and Consumer manifests adopting what the account holds, streams first."""
+    """Manifests adopting what the account holds: Streams, KeyValues and ObjectStores in the
+    order of their streams' names, then Consumers. A Consumer names a Stream resource by
+    streamRef, a bucket's stream by streamName (no Stream resource holds it)."""
     result = ExportResult()
-    stream_names, consumer_names = NameBook(), NameBook()
+    names: dict[str, NameBook] = defaultdict(NameBook)
     consumer_manifests: list[dict[str, Any]] = []
     for item in sorted(streams, key=lambda entry: str(entry.info["config"]["name"])):
         config = dict(item.info["config"])
         stream = str(config["name"])
-        reason = _skip_reason(config)
-        if reason:
-            result.notes.append(f"skipped stream {stream}: it {reason}")
+        if skipped := _owned_note("stream", stream, config):
+            result.notes += skipped
             continue
-        exported = STREAMS.export(config)
-        result.notes += _unexpressed_note(STREAMS, stream, exported)
-        stream_ref = stream_names.claim(stream, stream)
+        chosen = export_stream(config)
+        kind = chosen.mapping.kind
+        result.notes += chosen.notes + _unexpressed_note(chosen.mapping, stream, chosen.exported)
+        resource = names[kind].claim(chosen.name, stream)
         result.manifests.append(
-            manifest("Stream", stream_ref, _adopting(exported, connection_ref), namespace)
+            manifest(kind, resource, _adopting(chosen.exported, connection_ref), namespace)
         )
         context = {"stream": stream, "stream_limits": config.get("consumer_limits")}
         for info in sorted(item.consumers, key=lambda entry: str(entry.get("name", ""))):
@@ -136,17 +177,18 @@ def export_account(
             if not consumer_config.get("durable_name"):
                 result.notes.append(f"skipped consumer {label}: it is ephemeral (not durable)")
                 continue
-            if (owner := recorded_owner(consumer_config)) is not None:
-                result.notes.append(
-                    f"skipped consumer {label}: it is already managed by {owner.describe()}"
-                )
+            if skipped := _owned_note("consumer", label, consumer_config):
+                result.notes += skipped
                 continue
             exported_consumer = CONSUMERS.export(consumer_config, context)
             result.notes += _unexpressed_note(CONSUMERS, label, exported_consumer)
             body = _adopting(exported_consumer, connection_ref)
             body.pop("streamName", None)
-            body["streamRef"] = stream_ref
-            name = consumer_names.claim(f"{stream_ref}-{consumer}", label)
+            if kind == STREAMS.kind:
+                body["streamRef"] = resource
+            else:
+                body["streamName"] = stream
+            name = names["Consumer"].claim(f"{resource}-{consumer}", label)
             consumer_manifests.append(manifest("Consumer", name, body, namespace))
     result.manifests += consumer_manifests
     return result
