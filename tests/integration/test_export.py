@@ -18,6 +18,7 @@ import pytest
 import yaml
 from kubernetes import client
 from nats.aio.client import Client
+from nats.js.api import KeyValueConfig, ObjectStoreConfig, RePublish, StorageType
 
 from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.export.nack import convert_documents
@@ -212,11 +213,12 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
 
 
 async def snapshot(api: JetStreamApi, prefix: str) -> dict[str, dict[str, Any]]:
-    """Every config of the test's streams and consumers, by "stream" and "stream/consumer"."""
+    """Every config of the test's streams (its prefix, or a bucket's stream with it) and their
+    consumers, by "stream" and "stream/consumer"."""
     configs: dict[str, dict[str, Any]] = {}
     for info in await api.list_streams():
         name = info["config"]["name"]
-        if not name.startswith(f"{prefix}_"):
+        if not name.removeprefix("KV_").removeprefix("OBJ_").startswith(f"{prefix}_"):
             continue
         configs[name] = info["config"]
         for consumer in await api.list_consumers(name):
@@ -250,6 +252,19 @@ async def apply_and_wait(resources: Resources, manifests: list[dict[str, Any]]) 
         )
 
     await eventually(all_ready, timeout=90, interval=0.5)
+
+
+async def adopt(
+    nc: Client, resources: Resources, manifests: list[dict[str, Any]], prefix: str
+) -> tuple[dict[str, dict[str, Any]], ApiAudit]:
+    """Apply the manifests and wait for Ready under the server's API audit; the configs after."""
+    audit = await ApiAudit().start(nc)
+    try:
+        await apply_and_wait(resources, manifests)
+        await asyncio.sleep(2)  # a resync pass after Ready must not write either
+        return await snapshot(JetStreamApi(nc), prefix), audit
+    finally:
+        await audit.stop()
 
 
 def assert_only_owner_changed(
@@ -291,7 +306,8 @@ async def test_exported_account_is_adopted_with_only_the_owner_recorded(
         await api.request(f"CONSUMER.CREATE.{stream}.{config['durable_name']}", body)
     ephemeral = {"stream_name": f"{prefix}_PLAIN", "config": {"inactive_threshold": 60 * S}}
     await api.request(f"CONSUMER.CREATE.{prefix}_PLAIN", ephemeral)
-    await api.request(f"STREAM.CREATE.KV_{prefix}", {"name": f"KV_{prefix}"})
+    # A stream made by hand under a bucket's name: exported as the Stream it is.
+    await api.request(f"STREAM.CREATE.KV_{prefix}_HAND", {"name": f"KV_{prefix}_HAND"})
     before = await snapshot(api, prefix)
 
     out_dir = tmp_path / "manifests"
@@ -306,33 +322,181 @@ async def test_exported_account_is_adopted_with_only_the_owner_recorded(
         "--output-dir",
         str(out_dir),
     )
-    assert f"skipped stream KV_{prefix}: it is a KeyValue bucket" in notes
+    assert f"stream KV_{prefix}_HAND exported as a Stream, not as a KeyValue: history" in notes
     assert "ephemeral" in notes
     assert "not reproduced exactly" not in notes
     manifests = [yaml.safe_load(path.read_text()) for path in sorted(out_dir.iterdir())]
+    assert {item["kind"] for item in manifests} == {"Stream", "Consumer"}
     kinds = [item["kind"] for item in manifests]
-    assert kinds.count("Stream") == len(stream_configs(prefix)) + 1
+    assert kinds.count("Stream") == len(stream_configs(prefix)) + 2  # sealed, KV_ by hand
     assert kinds.count("Consumer") == len(consumer_configs(prefix))
     stdout, _ = await run_cli(
-        "export", "--server", nats_server.url, "--match", f"{prefix}_*", "--namespace", namespace
+        "export", "--server", nats_server.url, "--match", f"*{prefix}_*", "--namespace", namespace
     )
     assert sorted(map(str, yaml.safe_load_all(stdout))) == sorted(map(str, manifests))
 
-    audit = await ApiAudit().start(nc)
-    try:
-        await apply_and_wait(resources, manifests)
-        await asyncio.sleep(2)  # a resync pass after Ready must not write either
-        after = await snapshot(api, prefix)
-    finally:
-        await audit.stop()
+    after, audit = await adopt(nc, resources, manifests, prefix)
     for key in [key for key in before if key.startswith(f"{prefix}_PLAIN/")]:
         del before[key]  # the ephemeral consumer, not exported
         after.pop(key, None)
     assert_only_owner_changed(before, after, audit, namespace)
 
 
+def nats_go_kv(bucket: str, **changes: Any) -> dict[str, Any]:
+    """The create request nats.go's prepareKeyValueConfig sends (NACK's controller uses it), for
+    what nats-py cannot say: compression, metadata, mirrors and sources."""
+    request = {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "max_msgs_per_subject": 1,
+        "max_bytes": -1,
+        "max_age": 0,
+        "max_msg_size": -1,
+        "storage": "file",
+        "num_replicas": 1,
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "duplicate_window": 120 * S,
+        "max_msgs": -1,
+        "max_consumers": -1,
+        "allow_direct": True,
+        "compression": "none",
+        "discard": "new",
+    }
+    request |= changes
+    if 0 < request["max_age"] < request["duplicate_window"]:
+        request["duplicate_window"] = request["max_age"]  # as nats.go: the ttl when shorter
+    return request
+
+
+def nats_go_obj(bucket: str, **changes: Any) -> dict[str, Any]:
+    """The create request of nats.go's prepareObjectStoreConfig."""
+    request = {
+        "name": f"OBJ_{bucket}",
+        "subjects": [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        "max_age": 0,
+        "max_bytes": -1,
+        "storage": "file",
+        "num_replicas": 1,
+        "discard": "new",
+        "allow_rollup_hdrs": True,
+        "allow_direct": True,
+        "compression": "none",
+    }
+    return request | changes
+
+
+async def make_buckets(nc: Client, p: str) -> None:
+    """Buckets and stores over many field combinations, made the way the clients make them."""
+    js, api = nc.jetstream(), JetStreamApi(nc)
+    await js.create_key_value(KeyValueConfig(bucket=f"{p}_plain"))
+    rich = f"{p}_rich"
+    await js.create_key_value(
+        KeyValueConfig(
+            bucket=rich,
+            description="settings",
+            history=5,
+            ttl=3600,
+            max_value_size=1024,
+            max_bytes=1 << 20,
+            storage=StorageType.MEMORY,
+            republish=RePublish(src=f"$KV.{rich}.>", dest=f"{p}.changes.>", headers_only=True),
+            direct=True,
+            limit_marker_ttl=60,
+        )
+    )
+    await js.create_key_value(KeyValueConfig(bucket=f"{p}_short", ttl=30, history=64))
+    # Republished from ">", which a KeyValue spec cannot say: exported as a Stream.
+    wide = KeyValueConfig(bucket=f"{p}_wide", republish=RePublish(src=">", dest=f"{p}.w.>"))
+    await js.create_key_value(wide)
+    for request in (
+        nats_go_kv(f"{p}_packed", compression="s2", metadata={"team": "a"}, max_age=60 * S),
+        nats_go_kv(
+            f"{p}_copy",
+            subjects=[],
+            mirror={"name": f"KV_{p}_plain"},
+            mirror_direct=True,
+        ),
+        nats_go_kv(
+            f"{p}_all",
+            sources=[
+                {
+                    "name": f"KV_{origin}",
+                    "subject_transforms": [{"src": f"$KV.{origin}.>", "dest": f"$KV.{p}_all.>"}],
+                }
+                for origin in (f"{p}_plain", f"{p}_packed")
+            ],
+        ),
+        nats_go_obj(f"{p}_blobs", compression="s2", metadata={"kind": "blobs"}),
+    ):
+        await api.request(f"STREAM.CREATE.{request['name']}", request)
+    await js.create_object_store(f"{p}_files")
+    await js.create_object_store(
+        f"{p}_media",
+        ObjectStoreConfig(
+            description="media", ttl=60, max_bytes=1 << 20, storage=StorageType.MEMORY
+        ),
+    )
+    kv = await js.key_value(f"{p}_plain")
+    await kv.put("k", b"v")
+    await (await js.object_store(f"{p}_files")).put("o", b"data")
+    # A durable consumer someone made on a bucket's stream: named by streamName.
+    body = {"stream_name": f"KV_{p}_plain", "config": {"durable_name": "audit", "name": "audit"}}
+    await api.request(f"CONSUMER.CREATE.KV_{p}_plain.audit", {**body})
+
+
+async def test_client_made_buckets_are_exported_and_adopted_with_only_the_owner_recorded(
+    nc: Client, resources: Resources, namespace: str, nats_server: Any
+) -> None:
+    prefix = "BK" + namespace.split("-", 1)[0].upper()
+    await make_buckets(nc, prefix)
+    api = JetStreamApi(nc)
+    before = await snapshot(api, prefix)
+    assert len(before) == 11  # 7 buckets, 3 stores, 1 consumer
+
+    stdout, notes = await run_cli(
+        "export", "--server", nats_server.url, "--match", f"*{prefix}_*", "--namespace", namespace
+    )
+    manifests = list(yaml.safe_load_all(stdout))
+    kinds = {item["spec"].get("bucket") or item["spec"].get("name"): item for item in manifests}
+    assert f"stream KV_{prefix}_wide exported as a Stream, not as a KeyValue: adopting" in notes
+    # nats.go gives a mirror bucket a 2m duplicate window; a KeyValue mirror has none.
+    assert f"stream KV_{prefix}_copy exported as a Stream, not as a KeyValue: adopting" in notes
+    assert "not reproduced exactly" not in notes
+    assert sorted(item["kind"] for item in manifests) == sorted(
+        ["KeyValue"] * 5 + ["ObjectStore"] * 3 + ["Stream"] * 2 + ["Consumer"]
+    )
+    assert kinds[f"{prefix}_plain"]["spec"] == {
+        "bucket": f"{prefix}_plain",
+        "direct": False,  # nats-py leaves direct gets off
+        "adoption": "IfUnowned",
+    }
+    assert kinds[f"{prefix}_packed"]["spec"] == {
+        "bucket": f"{prefix}_packed",
+        "ttl": "1m",
+        "compression": True,
+        "metadata": {"team": "a"},
+        "adoption": "IfUnowned",
+    }
+    assert kinds[f"KV_{prefix}_copy"]["spec"]["mirror"] == {"name": f"KV_{prefix}_plain"}
+    assert kinds[f"{prefix}_all"]["spec"]["sources"] == [
+        {"name": f"{prefix}_plain"},
+        {"name": f"{prefix}_packed"},
+    ]
+    assert kinds[f"{prefix}_files"]["spec"] == {
+        "bucket": f"{prefix}_files",
+        "adoption": "IfUnowned",
+    }
+    (consumer,) = [item for item in manifests if item["kind"] == "Consumer"]
+    assert consumer["spec"]["streamName"] == f"KV_{prefix}_plain"
+
+    after, audit = await adopt(nc, resources, manifests, prefix)
+    assert_only_owner_changed(before, after, audit, namespace)
+    assert (await (await nc.jetstream().key_value(f"{prefix}_plain")).get("k")).value == b"v"
+
+
 async def test_converted_nack_manifests_adopt_what_nack_made(
-    nc: Client, resources: Resources, namespace: str
+    nc: Client, resources: Resources, namespace: str, nats_server: Any
 ) -> None:
     prefix = "NK" + namespace.split("-", 1)[0].upper()
     stream, subject = f"{prefix}_ORDERS", f"{prefix.lower()}.orders.>"
@@ -360,8 +524,56 @@ async def test_converted_nack_manifests_adopt_what_nack_made(
         await api.request(
             f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config}
         )
+    # NACK's KeyValue and ObjectStore controllers go through nats.go, storage left to its
+    # zero value (file) unless the manifest says otherwise.
+    kv, store = f"{prefix}_cfg", f"{prefix}_media"
+    for request in (
+        nats_go_kv(
+            kv,
+            max_msgs_per_subject=3,
+            max_age=3600 * S,
+            storage="memory",
+            allow_msg_ttl=True,
+            subject_delete_marker_ttl=60 * S,
+        ),
+        nats_go_obj(store, description="media", max_bytes=1 << 20, compression="s2"),
+    ):
+        await api.request(f"STREAM.CREATE.{request['name']}", request)
     before = await snapshot(api, prefix)
+    crd_defaults = {"creds": "", "servers": [], "preventDelete": False, "replicas": 1}
     nack = [
+        {
+            "apiVersion": "jetstream.nats.io/v1beta2",
+            "kind": "Account",
+            "metadata": {"name": "hub", "namespace": namespace},
+            "spec": {"servers": [nats_server.url], "tlsFirst": False},
+        },
+        {
+            "apiVersion": "jetstream.nats.io/v1beta2",
+            "kind": "KeyValue",
+            "metadata": {"name": "cfg", "namespace": namespace},
+            "spec": {
+                **crd_defaults,
+                "bucket": kv,
+                "history": 3,
+                "ttl": "1h",
+                "storage": "memory",
+                "limitMarkerTtl": 60 * S,
+                "account": "hub",
+            },
+        },
+        {
+            "apiVersion": "jetstream.nats.io/v1beta2",
+            "kind": "ObjectStore",
+            "metadata": {"name": "media", "namespace": namespace},
+            "spec": {
+                **crd_defaults,
+                "bucket": store,
+                "description": "media",
+                "maxBytes": 1 << 20,
+                "compression": True,
+            },
+        },
         {
             "apiVersion": "jetstream.nats.io/v1beta2",
             "kind": "Stream",
@@ -383,13 +595,10 @@ async def test_converted_nack_manifests_adopt_what_nack_made(
     ]
     conversion = convert_documents(nack)
     assert conversion.refused == []
-    audit = await ApiAudit().start(nc)
-    try:
-        await apply_and_wait(resources, conversion.manifests)
-        await asyncio.sleep(2)
-        after = await snapshot(api, prefix)
-    finally:
-        await audit.stop()
+    kinds = [item["kind"] for item in conversion.manifests]
+    assert kinds == ["NatsConnection", "KeyValue", "ObjectStore", "Stream", "Consumer", "Consumer"]
+    assert conversion.manifests[1]["spec"]["connectionRef"] == "hub"
+    after, audit = await adopt(nc, resources, conversion.manifests, prefix)
     assert_only_owner_changed(before, after, audit, namespace)
     assert after[stream]["storage"] == "memory"
     assert after[f"{stream}/billing"]["ack_wait"] == 1

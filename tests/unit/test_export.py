@@ -329,6 +329,9 @@ def test_mirror_and_source_buckets_are_named_by_bucket() -> None:
         mirror_direct=True,
     )
     assert KEY_VALUES.export(mirror).body() == {"bucket": "copy", "mirror": {"name": "origin"}}
+    # nats.go sends its 2m window to a mirror too, which keeps it; a KeyValue would send 0.
+    unexpressed = KEY_VALUES.export({**mirror, "duplicate_window": 120 * S}).unexpressed
+    assert [difference.field for difference in unexpressed] == ["duplicate_window"]
     sourced = server_kv(
         "all",
         sources=[

@@ -179,9 +179,12 @@ class StreamBackedMapping(KindMapping[SpecT]):
     ) -> list[FieldDifference]:
         stream = following_server(self.to_stream(spec), actual)
         desired = newer_flags_off(desired_stream_config(stream, PROBE_OWNER), actual)
-        return config_differences(
-            _without_owner(desired), _without_owner(actual), server_chosen_fields(stream)
-        )
+        ignored = server_chosen_fields(stream)
+        if stream.mirror is not None:
+            # A mirror keeps the window it is sent, and the adopting update sends 0 when the
+            # spec has none: nats.go's mirror buckets have 2m, which a Stream can say.
+            ignored -= {"duplicate_window"}
+        return config_differences(_without_owner(desired), _without_owner(actual), ignored)
 
 
 class StreamMapping(StreamBackedMapping[StreamSpec]):
