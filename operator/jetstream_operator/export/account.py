@@ -7,13 +7,14 @@ credentials, or --server), or a NatsConnection resolved with its Secrets as the 
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, cast
+import logging
 
-from kubernetes import client
+import kopf
 
 from .. import GROUP, VERSION
 from ..api.connection import NatsConnectionSpec
 from ..handlers.connection import resolve
+from ..k8s.client import KubeApi, Login
 from ..k8s.secrets import SecretReader
 from ..nats.jsapi import JetStreamApi
 from ..nats.pool import ConnectionPool, ConnectionTarget
@@ -29,18 +30,27 @@ def target_from_settings(server: str | None) -> ConnectionTarget:
     return default_target(settings)
 
 
+def client_login() -> kopf.ConnectionInfo:
+    """Credentials as the `kubernetes` client finds them (in-cluster, else the kubeconfig with
+    its exec and auth-provider plugins), as `kubectl` users expect of a command."""
+    info = kopf.login_via_client(
+        logger=logging.getLogger(__name__), settings=kopf.OperatorSettings()
+    )
+    if info is None:
+        raise kopf.LoginError("the kubernetes client library is not installed")
+    return info
+
+
 async def target_from_resource(
-    api: client.ApiClient, namespace: str, name: str
+    namespace: str, name: str, login: Login = client_login
 ) -> ConnectionTarget:
     """A NatsConnection read through the kubeconfig, with the Secrets it names."""
-    body = cast(
-        dict[str, Any],
-        client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "natsconnections", name
-        ),
-    )
-    spec = NatsConnectionSpec.model_validate(body.get("spec") or {})
-    return await resolve(spec, namespace, name, SecretReader(api))
+    async with KubeApi(login) as api:
+        body = await api.request(
+            "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/natsconnections/{name}"
+        )
+        spec = NatsConnectionSpec.model_validate(body.get("spec") or {})
+        return await resolve(spec, namespace, name, SecretReader(api))
 
 
 async def read_account(api: JetStreamApi, match: str = "*") -> list[StreamWithConsumers]:

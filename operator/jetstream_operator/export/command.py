@@ -36,8 +36,6 @@ def _from_account(args: argparse.Namespace) -> int:
     connection_ref: str | None = None
     namespace = args.namespace
     if args.connection:
-        from ..k8s.client import api_client
-
         conn_namespace, _, connection_ref = args.connection.partition("/")
         if not connection_ref:
             print("--connection takes NAMESPACE/NAME", file=sys.stderr)
@@ -47,7 +45,7 @@ def _from_account(args: argparse.Namespace) -> int:
             print("--namespace must be the NatsConnection's namespace", file=sys.stderr)
             return 2
         namespace = conn_namespace
-        target = asyncio.run(target_from_resource(api_client(), conn_namespace, connection_ref))
+        target = asyncio.run(target_from_resource(conn_namespace, connection_ref))
     else:
         target = target_from_settings(args.server)
     streams = asyncio.run(read_target(target, args.match))
@@ -66,8 +64,7 @@ def _from_nack(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from kubernetes.client.exceptions import ApiException
-
+    from ..k8s.client import ApiError
     from ..k8s.secrets import SecretProblem
     from ..nats.jsapi import JetStreamError, JetStreamUnavailable
 
@@ -77,7 +74,7 @@ def run_export(args: argparse.Namespace) -> int:
         return _from_account(args)
     except (JetStreamUnavailable, JetStreamError, SecretProblem, OSError, yaml.YAMLError) as error:
         print(f"export failed: {error}", file=sys.stderr)
-    except ApiException as error:
+    except ApiError as error:
         print(
             f"export failed: the Kubernetes API answered {error.status} {error.reason}",
             file=sys.stderr,

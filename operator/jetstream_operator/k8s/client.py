@@ -1,15 +1,140 @@
-"""One Kubernetes API client for the operator's own calls (kopf keeps its own)."""
+"""The operator's own Kubernetes API requests (kopf keeps its own): plain JSON over one aiohttp
+session, so the operator process never imports the `kubernetes` client (~35 MiB)."""
 
 from __future__ import annotations
 
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import kopf
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+CONNECTIONS = 8
+"""Open connections at most: status writes, Events and Secret reads queue behind these rather
+than open one per resource when thousands need a write at once."""
+TIMEOUT = aiohttp.ClientTimeout(total=60, connect=10)
+"""No single request may hang a drift watcher or a handler for longer than this."""
 
 
-def api_client() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, the kubeconfig otherwise."""
+class ApiError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, method: str, path: str, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{method} {path}: {status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+
+
+Login = Callable[[], kopf.ConnectionInfo]
+
+
+class KubeApi:
+    """Requests with the credentials `login` gives; on a 401 (an expired or rotated token) it
+    logs in again once and retries, as kopf does for its own requests."""
+
+    def __init__(self, login: Login, connections: int = CONNECTIONS) -> None:
+        self._login = login
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+        self._server = ""
+        self._lock = asyncio.Lock()
+        self._retired: set[asyncio.Task[None]] = set()
+
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = JSON
+    ) -> Any:
+        """The decoded JSON answer; ApiError for an error status."""
+        data = None if body is None else json.dumps(body)
+        rejected: aiohttp.ClientSession | None = None
+        while True:
+            session, server = await self._connected(rejected)
+            headers = {"Content-Type": content_type} if data is not None else None
+            async with session.request(method, server + path, data=data, headers=headers) as answer:
+                if answer.status == 401 and rejected is None:
+                    rejected = session
+                    continue
+                if answer.status >= 400:
+                    raise ApiError(
+                        method,
+                        path,
+                        answer.status,
+                        answer.reason or "",
+                        _message(await answer.text()),
+                    )
+                return await answer.json(content_type=None)
+
+    async def __aenter__(self) -> KubeApi:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        retired = list(self._retired)
+        for task in retired:
+            task.cancel()
+        await asyncio.gather(*retired, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _connected(
+        self, rejected: aiohttp.ClientSession | None
+    ) -> tuple[aiohttp.ClientSession, str]:
+        """The current session; a new one (fresh credentials) when `rejected` is current."""
+        async with self._lock:
+            if self._session is None or self._session is rejected:
+                if self._session is not None:
+                    logger.info("the Kubernetes API refused the credentials; logging in again")
+                    self._retire(self._session)
+                # In a thread: logging in and loading certificates read files (or run a plugin).
+                info, tls = await asyncio.to_thread(self._credentials)
+                self._session = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=self._connections, ssl=tls),
+                    headers={
+                        **info.as_http_headers(),
+                        "Accept": JSON,
+                        "User-Agent": "jetstream-operator",
+                    },
+                    timeout=TIMEOUT,
+                    proxy=info.proxy_url,
+                    trust_env=info.trust_env,
+                )
+                self._server = info.server.rstrip("/")
+            return self._session, self._server
+
+    def _credentials(self) -> tuple[kopf.ConnectionInfo, ssl.SSLContext]:
+        info = self._login()
+        return info, info.as_ssl_context()
+
+    def _retire(self, session: aiohttp.ClientSession) -> None:
+        """Close an old session once the requests still running on it are done or timed out."""
+
+        async def close_later() -> None:
+            try:
+                await asyncio.sleep(TIMEOUT.total or 0)
+            finally:
+                await session.close()
+
+        task = asyncio.create_task(close_later())
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
+
+
+def _message(text: str) -> str:
+    """The `message` of a Kubernetes Status answer, else the text itself (shortened)."""
     try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+        status = json.loads(text)
+    except ValueError:
+        return text[:200]
+    return str(status.get("message", text[:200])) if isinstance(status, dict) else text[:200]

@@ -7,13 +7,11 @@ around? The answer comes from the ClusterKopfPeering object kopf keeps up to dat
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from .client import ApiError, KubeApi
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
@@ -44,22 +42,18 @@ def outranked(
 class PeeringCheck:
     """Answers `active()` from the cluster-wide peering object of our peering name."""
 
-    def __init__(self, api: client.ApiClient, name: str, me: str, priority: int) -> None:
-        self._objects = client.CustomObjectsApi(api)
+    def __init__(self, api: KubeApi, name: str, me: str, priority: int) -> None:
+        self._api = api
         self._name = name
         self._me = me
         self._priority = priority
 
     async def active(self) -> bool:
         try:
-            peering: Any = await asyncio.to_thread(
-                self._objects.get_cluster_custom_object,
-                PEERING_GROUP,
-                PEERING_VERSION,
-                CLUSTER_PEERINGS,
-                self._name,
+            peering: Any = await self._api.request(
+                "GET", f"/apis/{PEERING_GROUP}/{PEERING_VERSION}/{CLUSTER_PEERINGS}/{self._name}"
             )
-        except ApiException:
+        except ApiError:
             return False  # cannot tell: stay passive rather than act twice
         return not outranked(peering.get("status") or {}, self._me, self._priority)
 

@@ -7,13 +7,11 @@ Streams still to be deleted in NATS need their credentials, also after an operat
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from .client import JSON_PATCH, ApiError, KubeApi
 
 logger = logging.getLogger(__name__)
 
@@ -23,14 +21,14 @@ class SecretProblem(Exception):
 
 
 class SecretReader:
-    def __init__(self, api: client.ApiClient) -> None:
-        self._core = client.CoreV1Api(api)
+    def __init__(self, api: KubeApi) -> None:
+        self._api = api
         self._finalizers: dict[tuple[str, str], list[str]] = {}
 
     async def values(self, namespace: str, name: str) -> dict[str, bytes]:
         try:
-            secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
-        except ApiException as error:
+            secret = await self._read(namespace, name)
+        except ApiError as error:
             if error.status == 404:
                 raise SecretProblem(f"Secret {namespace}/{name} does not exist") from None
             if error.status == 403:
@@ -41,7 +39,7 @@ class SecretReader:
                 f"Secret {namespace}/{name} cannot be read ({error.status})"
             ) from None
         self._finalizers[(namespace, name)] = _finalizers(secret)
-        data = secret.data or {}
+        data = secret.get("data") or {}
         return {key: base64.b64decode(value) for key, value in data.items()}
 
     async def hold(self, namespace: str, name: str, finalizer: str, held: bool) -> None:
@@ -51,8 +49,8 @@ class SecretReader:
             return  # checked every few seconds: trust the last read; a release always reads
         logger.info("%s Secret %s/%s", "holding" if held else "releasing", namespace, name)
         try:
-            secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
-        except ApiException as error:
+            secret = await self._read(namespace, name)
+        except ApiError as error:
             if error.status == 404:
                 self._finalizers.pop((namespace, name), None)
                 return
@@ -66,19 +64,15 @@ class SecretReader:
                 {
                     "op": "test",
                     "path": "/metadata/resourceVersion",
-                    "value": getattr(secret.metadata, "resource_version", None),
+                    "value": secret["metadata"].get("resourceVersion"),
                 },
                 {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
             ]
             try:
-                await asyncio.to_thread(
-                    self._core.patch_namespaced_secret,
-                    name,
-                    namespace,
-                    patch,
-                    _content_type="application/json-patch+json",
+                await self._api.request(
+                    "PATCH", _secret(namespace, name), patch, content_type=JSON_PATCH
                 )
-            except ApiException as error:
+            except ApiError as error:
                 if error.status not in (403, 404, 409, 422):
                     raise
                 # Not allowed (RBAC), gone, or changed meanwhile: the next check tries again.
@@ -89,6 +83,10 @@ class SecretReader:
                 return
         self._finalizers[(namespace, name)] = finalizers
 
+    async def _read(self, namespace: str, name: str) -> dict[str, Any]:
+        secret: dict[str, Any] = await self._api.request("GET", _secret(namespace, name))
+        return secret
+
     async def value(self, namespace: str, name: str, key: str) -> bytes:
         values = await self.values(namespace, name)
         if key not in values:
@@ -96,5 +94,9 @@ class SecretReader:
         return values[key]
 
 
-def _finalizers(secret: Any) -> list[str]:
-    return list(getattr(secret.metadata, "finalizers", None) or [])
+def _secret(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/secrets/{name}"
+
+
+def _finalizers(secret: dict[str, Any]) -> list[str]:
+    return list(secret["metadata"].get("finalizers") or [])

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import UTC, datetime
-from typing import Any, cast
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from typing import Any
 
 from .. import GROUP, VERSION
+from .client import MERGE_PATCH, ApiError, KubeApi
 
 logger = logging.getLogger(__name__)
 
@@ -20,25 +17,21 @@ COMPONENT = "jetstream-operator"
 class ResourceWriter:
     """Writes a custom resource's status subresource and posts Events about it."""
 
-    def __init__(self, api: client.ApiClient) -> None:
-        self._objects = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+    def __init__(self, api: KubeApi) -> None:
+        self._api = api
 
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> bool:
         """Merge-patch the status; False when the resource is gone."""
         try:
-            await asyncio.to_thread(
-                self._objects.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
+            await self._api.request(
+                "PATCH",
+                f"{_objects(plural, namespace)}/{name}/status",
                 {"status": status},
+                content_type=MERGE_PATCH,
             )
-        except ApiException as error:
+        except ApiError as error:
             if error.status == 404:
                 return False
             raise
@@ -47,17 +40,15 @@ class ResourceWriter:
     async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         """Our custom resources of one kind in a namespace, read from the API server itself
         (the watch-fed registries may still be filling after a restart)."""
-        answer = await asyncio.to_thread(
-            self._objects.list_namespaced_custom_object, GROUP, VERSION, namespace, plural
-        )
-        items: list[dict[str, Any]] = cast(dict[str, Any], answer).get("items") or []
+        answer = await self._api.request("GET", _objects(plural, namespace))
+        items: list[dict[str, Any]] = answer.get("items") or []
         return items
 
     async def post_event(
         self, reference: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:
         """A core/v1 Event on the resource; failures are logged, never raised."""
-        now = datetime.now(UTC)
+        now = datetime.now(UTC).isoformat()  # as the `kubernetes` client serialized it
         metadata = reference["metadata"]
         body = {
             "metadata": {
@@ -81,8 +72,12 @@ class ResourceWriter:
             "reportingComponent": COMPONENT,
         }
         try:
-            await asyncio.to_thread(
-                self._core.create_namespaced_event, metadata["namespace"], cast(Any, body)
+            await self._api.request(
+                "POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body
             )
-        except ApiException as error:
+        except ApiError as error:
             logger.warning("could not post event %s on %s: %s", reason, metadata["name"], error)
+
+
+def _objects(plural: str, namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"

@@ -1,0 +1,54 @@
+"""The operator's Kubernetes credentials, without the `kubernetes` client library.
+
+kopf logs in through the `kubernetes` client when it is installed, which costs ~35 MiB of
+memory for a few plain requests; the operator registers this login instead, and its own
+requests (k8s/client.py) use the same credentials.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import kopf
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def service_account(
+    directory: Path = SERVICE_ACCOUNT,
+    environ: Mapping[str, str] = os.environ,
+    trust_env: bool = False,
+) -> kopf.ConnectionInfo | None:
+    """A pod's mounted token, read as the `kubernetes` client reads it: the API server is
+    KUBERNETES_SERVICE_HOST/PORT (kopf's own login assumes DNS for kubernetes.default.svc,
+    which not every cluster has). None outside a pod."""
+    host = environ.get("KUBERNETES_SERVICE_HOST")
+    port = environ.get("KUBERNETES_SERVICE_PORT")
+    token_file = directory / "token"
+    if not host or not port or not token_file.exists():
+        return None
+    token = token_file.read_text().strip()
+    if not token:
+        raise kopf.LoginError(f"the service account token {token_file} is empty")
+    ca_file = directory / "ca.crt"
+    namespace_file = directory / "namespace"
+    return kopf.ConnectionInfo(
+        server=f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}",
+        ca_path=str(ca_file) if ca_file.exists() else None,
+        token=token,
+        default_namespace=namespace_file.read_text().strip() if namespace_file.exists() else None,
+        trust_env=trust_env,
+    )
+
+
+def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """In-cluster credentials in a pod, the kubeconfig ($KUBECONFIG or ~/.kube/config)
+    otherwise: the order the `kubernetes` client used."""
+    info = service_account(trust_env=settings.networking.trust_env) or (
+        kopf.login_with_kubeconfig(settings=settings)
+    )
+    if info is None:
+        raise kopf.LoginError("neither a service account token nor a kubeconfig was found")
+    return info
