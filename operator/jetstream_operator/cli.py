@@ -23,10 +23,25 @@ def quiet_bookkeeping(record: logging.LogRecord) -> bool:
     )
 
 
+HIDDEN_CLIENT = "kubernetes"
+"""The `kubernetes` client, installed for the export and dev commands: kopf imports it whenever it
+is installed (to recognise its model classes and to log in through it), which costs the operator
+~20 MiB for nothing: the operator logs in and makes its requests itself (k8s/login.py,
+k8s/client.py)."""
+
+
+def load_operator() -> None:
+    """Import the operator's handlers (registering them with kopf), hiding the `kubernetes`
+    client from kopf; any import of it in the operator fails here rather than costing memory."""
+    if HIDDEN_CLIENT not in sys.modules:
+        sys.modules[HIDDEN_CLIENT] = None  # type: ignore[assignment]  # import refused
+    from . import main  # noqa: F401
+
+
 def _run(args: argparse.Namespace) -> int:
+    load_operator()
     import kopf
 
-    from . import main as registrations  # noqa: F401  (importing registers the handlers)
     from .settings import OperatorSettings
 
     settings = OperatorSettings()

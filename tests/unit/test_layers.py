@@ -74,3 +74,18 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
         assert f"Handler '{handler.id}'".startswith(REGISTRY_HANDLERS), handler.id
     kinds = (*(backed.resource for backed in main.STREAM_BACKED), main.CONSUMER)
     assert plurals >= {kind.plural for kind in kinds} | {"natsconnections"}
+
+
+def test_the_operator_process_never_imports_the_kubernetes_client() -> None:
+    """The client costs ~20 MiB of the operator's memory; only export and dev tooling use it."""
+    import subprocess
+    import sys
+
+    check = (
+        "import sys; from jetstream_operator.cli import load_operator; load_operator(); "
+        "loaded = [n for n, m in sys.modules.items() if m is not None and "
+        "(n == 'kubernetes' or n.startswith('kubernetes.'))]; "
+        "assert not loaded, loaded"
+    )
+    finished = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
