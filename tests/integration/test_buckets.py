@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
-from nats.js.api import KeyValueConfig
+from nats.js.api import KeyValueConfig, RePublish
 
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
 from .figures import ApiAudit, apiserver_writes, difference
 from .helpers import Resources, condition, eventually, is_ready
+from .made_by_clients import S, comparable, nats_go_kv
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -128,38 +129,59 @@ async def test_key_value_lifecycle(
     await eventually(gone, timeout=30)
 
 
-async def test_a_bucket_made_by_a_client_is_adopted_with_one_update(
+async def test_buckets_made_by_clients_are_adopted_changing_only_the_owner(
     resources: Resources, namespace: str, nc: Client
 ) -> None:
-    """nats-py turns message TTLs on for every bucket, which nothing can turn off: the spec's
-    bucket follows the server there instead of asking for a change the server refuses."""
-    bucket = bucket_name(namespace, "made_by_hand")
+    """A nats-py bucket republishing from ">" (no source given) and a mirror of it as nats.go
+    makes it (2m duplicate window): adopted with one update each, every field as it was. nats-py
+    turns message TTLs on, which nothing can turn off: the spec follows the server there."""
+    bucket, mirror = bucket_name(namespace, "made_by_hand"), bucket_name(namespace, "hand_copy")
+    republish = RePublish(dest=f"{namespace}.changes.>")
     kv = await nc.jetstream().create_key_value(
-        KeyValueConfig(bucket=bucket, history=3, description="made by hand")
+        KeyValueConfig(bucket=bucket, history=3, description="made by hand", republish=republish)
     )
     await kv.put("k", b"v")
+    copy = nats_go_kv(mirror, subjects=[], mirror={"name": f"KV_{bucket}"}, mirror_direct=True)
+    await JetStreamApi(nc).request(f"STREAM.CREATE.KV_{mirror}", copy)
+    streams = [f"KV_{bucket}", f"KV_{mirror}"]
+    before = {stream: await stream_config(nc, stream) for stream in streams}
+    assert before[f"KV_{bucket}"]["republish"]["src"] == ">"
+    assert before[f"KV_{mirror}"]["duplicate_window"] == 120 * S
     audit = await ApiAudit().start(nc)
     try:
-        resources.create(
-            "keyvalues",
-            {
-                "kind": "KeyValue",
-                "metadata": {"name": "adopted"},
-                "spec": {
+        for name, spec in (
+            (
+                "adopted",
+                {
                     "bucket": bucket,
                     "history": 3,
                     "description": "made by hand",
-                    "adoption": "IfUnowned",
+                    "direct": False,  # nats-py leaves direct gets off
+                    "republish": {"destination": republish.dest},
                 },
-            },
-        )
+            ),
+            ("adopted-copy", {"bucket": mirror, "mirror": {"name": bucket}}),
+        ):
+            resources.create(
+                "keyvalues",
+                {
+                    "kind": "KeyValue",
+                    "metadata": {"name": name},
+                    "spec": {**spec, "adoption": "IfUnowned"},
+                },
+            )
         await ready(resources, "keyvalues", "adopted")
+        await ready(resources, "keyvalues", "adopted-copy")
         await asyncio.sleep(QUIET_SECONDS)
         await nc.flush()
     finally:
         await audit.stop()
-    assert audit.count("STREAM.UPDATE", f"KV_{bucket}") == 1  # the owner record, nothing else
-    assert audit.count("STREAM.CREATE", f"KV_{bucket}") == 0
+    for stream in streams:
+        after = await stream_config(nc, stream)
+        assert comparable(after) == comparable(before[stream]), stream
+        assert after["metadata"][OWNER_METADATA_KEY].startswith(f"{namespace}/"), stream
+        assert audit.count("STREAM.UPDATE", stream) == 1, stream  # the owner record
+        assert audit.count("STREAM.CREATE", stream) == 0, stream
     assert (await kv.get("k")).value == b"v"
 
     resources.create(

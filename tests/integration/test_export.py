@@ -27,10 +27,9 @@ from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
 from .figures import ApiAudit
 from .helpers import Resources, eventually, is_ready
+from .made_by_clients import S, comparable, nats_go_kv, nats_go_obj
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
-
-S = 1_000_000_000
 
 
 def stream_configs(p: str) -> list[dict[str, Any]]:
@@ -202,16 +201,6 @@ def consumer_configs(p: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """A config without the owner record and the server's `_nats.*` bookkeeping."""
-    metadata = {
-        key: value
-        for key, value in (config.get("metadata") or {}).items()
-        if key != OWNER_METADATA_KEY and not key.startswith("_nats")
-    }
-    return {**config, "metadata": metadata}
-
-
 async def snapshot(api: JetStreamApi, prefix: str) -> dict[str, dict[str, Any]]:
     """Every config of the test's streams (its prefix, or a bucket's stream with it) and their
     consumers, by "stream" and "stream/consumer"."""
@@ -342,50 +331,6 @@ async def test_exported_account_is_adopted_with_only_the_owner_recorded(
     assert_only_owner_changed(before, after, audit, namespace)
 
 
-def nats_go_kv(bucket: str, **changes: Any) -> dict[str, Any]:
-    """The create request nats.go's prepareKeyValueConfig sends (NACK's controller uses it), for
-    what nats-py cannot say: compression, metadata, mirrors and sources."""
-    request = {
-        "name": f"KV_{bucket}",
-        "subjects": [f"$KV.{bucket}.>"],
-        "max_msgs_per_subject": 1,
-        "max_bytes": -1,
-        "max_age": 0,
-        "max_msg_size": -1,
-        "storage": "file",
-        "num_replicas": 1,
-        "allow_rollup_hdrs": True,
-        "deny_delete": True,
-        "duplicate_window": 120 * S,
-        "max_msgs": -1,
-        "max_consumers": -1,
-        "allow_direct": True,
-        "compression": "none",
-        "discard": "new",
-    }
-    request |= changes
-    if 0 < request["max_age"] < request["duplicate_window"]:
-        request["duplicate_window"] = request["max_age"]  # as nats.go: the ttl when shorter
-    return request
-
-
-def nats_go_obj(bucket: str, **changes: Any) -> dict[str, Any]:
-    """The create request of nats.go's prepareObjectStoreConfig."""
-    request = {
-        "name": f"OBJ_{bucket}",
-        "subjects": [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
-        "max_age": 0,
-        "max_bytes": -1,
-        "storage": "file",
-        "num_replicas": 1,
-        "discard": "new",
-        "allow_rollup_hdrs": True,
-        "allow_direct": True,
-        "compression": "none",
-    }
-    return request | changes
-
-
 async def make_buckets(nc: Client, p: str) -> None:
     """Buckets and stores over many field combinations, made the way the clients make them."""
     js, api = nc.jetstream(), JetStreamApi(nc)
@@ -406,8 +351,8 @@ async def make_buckets(nc: Client, p: str) -> None:
         )
     )
     await js.create_key_value(KeyValueConfig(bucket=f"{p}_short", ttl=30, history=64))
-    # Republished from ">", which a KeyValue spec cannot say: exported as a Stream.
-    wide = KeyValueConfig(bucket=f"{p}_wide", republish=RePublish(src=">", dest=f"{p}.w.>"))
+    # Republished from ">", nats-py's and the server's default source.
+    wide = KeyValueConfig(bucket=f"{p}_wide", republish=RePublish(dest=f"{p}.w.>"))
     await js.create_key_value(wide)
     for request in (
         nats_go_kv(f"{p}_packed", compression="s2", metadata={"team": "a"}, max_age=60 * S),
@@ -459,12 +404,10 @@ async def test_client_made_buckets_are_exported_and_adopted_with_only_the_owner_
     )
     manifests = list(yaml.safe_load_all(stdout))
     kinds = {item["spec"].get("bucket") or item["spec"].get("name"): item for item in manifests}
-    assert f"stream KV_{prefix}_wide exported as a Stream, not as a KeyValue: adopting" in notes
-    # nats.go gives a mirror bucket a 2m duplicate window; a KeyValue mirror has none.
-    assert f"stream KV_{prefix}_copy exported as a Stream, not as a KeyValue: adopting" in notes
+    assert "exported as a Stream" not in notes
     assert "not reproduced exactly" not in notes
     assert sorted(item["kind"] for item in manifests) == sorted(
-        ["KeyValue"] * 5 + ["ObjectStore"] * 3 + ["Stream"] * 2 + ["Consumer"]
+        ["KeyValue"] * 7 + ["ObjectStore"] * 3 + ["Consumer"]
     )
     assert kinds[f"{prefix}_plain"]["spec"] == {
         "bucket": f"{prefix}_plain",
@@ -478,7 +421,13 @@ async def test_client_made_buckets_are_exported_and_adopted_with_only_the_owner_
         "metadata": {"team": "a"},
         "adoption": "IfUnowned",
     }
-    assert kinds[f"KV_{prefix}_copy"]["spec"]["mirror"] == {"name": f"KV_{prefix}_plain"}
+    # nats.go's 2m duplicate window on a mirror is a KeyValue's too.
+    assert kinds[f"{prefix}_copy"]["spec"] == {
+        "bucket": f"{prefix}_copy",
+        "mirror": {"name": f"{prefix}_plain"},
+        "adoption": "IfUnowned",
+    }
+    assert kinds[f"{prefix}_wide"]["spec"]["republish"] == {"destination": f"{prefix}.w.>"}
     assert kinds[f"{prefix}_all"]["spec"]["sources"] == [
         {"name": f"{prefix}_plain"},
         {"name": f"{prefix}_packed"},
@@ -535,6 +484,7 @@ async def test_converted_nack_manifests_adopt_what_nack_made(
             storage="memory",
             allow_msg_ttl=True,
             subject_delete_marker_ttl=60 * S,
+            republish={"dest": f"{prefix}.cfg.>"},  # no source: the server stores ">"
         ),
         nats_go_obj(store, description="media", max_bytes=1 << 20, compression="s2"),
     ):
@@ -559,6 +509,7 @@ async def test_converted_nack_manifests_adopt_what_nack_made(
                 "ttl": "1h",
                 "storage": "memory",
                 "limitMarkerTtl": 60 * S,
+                "republish": {"destination": f"{prefix}.cfg.>"},
                 "account": "hub",
             },
         },

@@ -108,8 +108,39 @@ def test_bucket_fields_land_where_the_clients_put_them() -> None:
     assert config["compression"] == "s2" and config["allow_direct"] is False
     assert config["allow_msg_ttl"] is True
     assert config["subject_delete_marker_ttl"] == 600_000_000_000
-    assert config["republish"] == {"src": "$KV.b.>", "dest": "changes.>", "headers_only": False}
+    # ">" as the clients and NACK store it, not $KV.b.>: the two republish to other subjects.
+    assert config["republish"] == {"src": ">", "dest": "changes.>", "headers_only": False}
     assert config["metadata"]["team"] == "a"
+
+
+def test_a_client_made_bucket_republishing_from_everything_is_in_sync() -> None:
+    made = {**NATS_GO_KV, "republish": {"src": ">", "dest": "changes.>"}}
+    spec = KEY_VALUE_KIND.stream_spec(
+        {"bucket": "settings", "history": 5, "ttl": "1h", "republish": {"destination": "changes.>"}}
+    )
+    assert isinstance(plan_stream(spec, OWNER, {"config": with_owner(made)}), InSync)
+
+
+def test_every_bucket_states_the_clients_duplicate_window() -> None:
+    """nats.go and nats-py send 2m, or the ttl when shorter, mirrors and sources included; a
+    window left to the server would differ (a mirror gets none) and adopting would change it."""
+    origin = {"name": "origin"}
+    windows: list[tuple[dict[str, Any], int]] = [
+        ({}, 120_000_000_000),
+        ({"ttl": "30s"}, 30_000_000_000),
+        ({"mirror": origin}, 120_000_000_000),
+        ({"mirror": origin, "ttl": "1m"}, 60_000_000_000),
+        ({"sources": [origin]}, 120_000_000_000),
+    ]
+    for fields, window in windows:
+        spec = KEY_VALUE_KIND.stream_spec({"bucket": "b", **fields})
+        assert desired_stream_config(spec, OWNER)["duplicate_window"] == window, fields
+    mirror = KEY_VALUE_KIND.stream_spec({"bucket": "copy", "mirror": {"name": "origin"}})
+    made_without = {**NATS_GO_KV, "name": "KV_copy", "subjects": [], "duplicate_window": 0}
+    made_without |= {"mirror": {"name": "KV_origin"}, "mirror_direct": True}
+    made_without |= {"max_age": 0, "max_msgs_per_subject": 1}
+    action = plan_stream(mirror, OWNER, {"config": with_owner(made_without)})
+    assert isinstance(action, UpdateStream) and action.summary() == "duplicate_window"
 
 
 def test_mirror_and_sources_name_buckets_as_the_clients_do() -> None:

@@ -307,7 +307,7 @@ def test_a_bucket_exports_what_differs_under_its_own_field_names() -> None:
         "maxValueSize": 1024,
         "maxBytes": 1048576,
         "storage": "memory",
-        "republish": {"destination": "changes.>", "headersOnly": True},
+        "republish": {"source": "$KV.cfg.>", "destination": "changes.>", "headersOnly": True},
         "compression": True,
         "limitMarkerTtl": "1m",
         "metadata": {"team": "a"},
@@ -321,16 +321,19 @@ def test_a_bucket_exports_what_differs_under_its_own_field_names() -> None:
 
 
 def test_mirror_and_source_buckets_are_named_by_bucket() -> None:
+    # nats.go sends its 2m window to a mirror too, which keeps it; so does a KeyValue.
     mirror = server_kv(
         "copy",
         subjects=[],
-        duplicate_window=0,
+        duplicate_window=120 * S,
         mirror={"name": "KV_origin"},
         mirror_direct=True,
     )
-    assert KEY_VALUES.export(mirror).body() == {"bucket": "copy", "mirror": {"name": "origin"}}
-    # nats.go sends its 2m window to a mirror too, which keeps it; a KeyValue would send 0.
-    unexpressed = KEY_VALUES.export({**mirror, "duplicate_window": 120 * S}).unexpressed
+    exported = KEY_VALUES.export(mirror)
+    assert exported.body() == {"bucket": "copy", "mirror": {"name": "origin"}}
+    assert exported.unexpressed == []
+    # A mirror without one (made by hand) is not what any client makes: a KeyValue says 2m.
+    unexpressed = KEY_VALUES.export({**mirror, "duplicate_window": 0}).unexpressed
     assert [difference.field for difference in unexpressed] == ["duplicate_window"]
     sourced = server_kv(
         "all",
@@ -367,14 +370,14 @@ def test_a_mixed_account_exports_each_stream_as_the_kind_that_says_it_exactly() 
         ),
         # Made by hand under a bucket's name: no KeyValue says it, a Stream does.
         StreamWithConsumers({"config": server_stream("KV_hand")}),
-        # nats-py's republish from ">": a KeyValue would send its own subjects instead.
+        # nats-py's republish from ">": a KeyValue says it as it is.
         StreamWithConsumers({"config": server_kv("wide", republish={"src": ">", "dest": "w.>"})}),
     ]
     result = export_account(reversed(streams), namespace="apps")
     assert [(m["kind"], m["metadata"]["name"]) for m in result.manifests] == [
         ("Stream", "kv-hand"),
         ("KeyValue", "orders"),
-        ("Stream", "kv-wide"),
+        ("KeyValue", "wide"),
         ("ObjectStore", "orders"),
         ("Stream", "orders"),
         ("Consumer", "orders-audit"),
@@ -383,12 +386,10 @@ def test_a_mixed_account_exports_each_stream_as_the_kind_that_says_it_exactly() 
     kv_audit, stream_audit = result.manifests[-2:]
     assert kv_audit["spec"]["streamName"] == "KV_orders" and "streamRef" not in kv_audit["spec"]
     assert stream_audit["spec"]["streamRef"] == "orders"
-    assert result.manifests[2]["spec"]["republish"] == {"destination": "w.>"}  # ">" as a Stream
+    assert result.manifests[2]["spec"]["republish"] == {"destination": "w.>"}  # ">" the default
     notes = "\n".join(result.notes)
     assert "KV_hand exported as a Stream, not as a KeyValue: history: Input should be" in notes
-    assert "KV_wide exported as a Stream, not as a KeyValue: adopting would change republish" in (
-        notes
-    )
+    assert "KV_wide" not in notes
     assert "KV_orders/watcher: it is ephemeral" in notes
     assert export_account(streams, namespace="apps").manifests == result.manifests
 
@@ -538,9 +539,7 @@ def test_nack_buckets_convert_with_their_defaults_and_nanoseconds_made_ours() ->
     }
     notes = "\n".join(conversion.notes)
     assert "KeyValue apps/settings: spec.account hub became connectionRef: hub" in notes
-    assert "republish.source: NACK's bucket republishes from '>'; here that means $KV.settings" in (
-        notes
-    )
+    assert "republish" not in notes  # NACK's '>' is ours
     assert "storage" not in notes  # NACK's buckets are file storage, as ours
 
 

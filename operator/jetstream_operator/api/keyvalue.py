@@ -89,7 +89,9 @@ class KeyValueSpec(StreamBackedSpec):
     placement: Placement | None = None
     """Cluster and server tags the bucket is placed on."""
     republish: Republish | None = None
-    """Republish every change to another subject (source within $KV.<bucket>.>)."""
+    """Republish every change to another subject. Source ">" (the default, as the clients
+    store it) keeps the full subject ($KV.<bucket>.<key>) under the destination's wildcard;
+    source $KV.<bucket>.> keeps only the key."""
     mirror: StreamSource | None = None
     """Make this bucket a read-only copy of another bucket (its name, with or without KV_).
     Cannot be added later."""

@@ -181,8 +181,8 @@ class StreamBackedMapping(KindMapping[SpecT]):
         desired = newer_flags_off(desired_stream_config(stream, PROBE_OWNER), actual)
         ignored = server_chosen_fields(stream)
         if stream.mirror is not None:
-            # A mirror keeps the window it is sent, and the adopting update sends 0 when the
-            # spec has none: nats.go's mirror buckets have 2m, which a Stream can say.
+            # A mirror keeps the window it is sent, and a Stream's adopting update sends 0
+            # when the spec has none: a mirror made with 2m needs duplicateWindow said.
             ignored -= {"duplicate_window"}
         return config_differences(_without_owner(desired), _without_owner(actual), ignored)
 
@@ -384,8 +384,7 @@ class KeyValueMapping(BucketMapping[KeyValueSpec]):
     def kind_fields(self, stream: Mapping[str, Any], bucket: str) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         if republish := stream.get("republish"):
-            own = republish["source"] == kv_subjects(bucket)  # what ">" stands for in a bucket
-            fields["republish"] = {**republish, "source": ">"} if own else republish
+            fields["republish"] = republish  # ">" and $KV.<bucket>.> are different sources
         if stream.get("mirror"):
             fields["mirror"] = {**stream["mirror"], "name": _bucket_name(stream["mirror"]["name"])}
         if stream.get("sources"):

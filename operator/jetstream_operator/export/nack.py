@@ -103,19 +103,6 @@ def _validated(model: type[ResourceModel], spec: Mapping[str, Any]) -> None:
         raise ValueError(str(error)) from None
 
 
-def _republish_note(kind: str, spec: Mapping[str, Any]) -> list[str]:
-    """NACK leaves a bucket's republish source to the server, which stores '>'; here '>' stands
-    for the bucket's own subjects, the same messages under another value."""
-    republish = spec.get("republish") or {}
-    if kind != "KeyValue" or not republish or republish.get("source") not in (None, "", ">"):
-        return []
-    return [
-        "spec.republish.source: NACK's bucket republishes from '>'; here that means "
-        f"$KV.{spec.get('bucket')}.> (the same messages), so adopting rewrites the stream's "
-        "republish source to it"
-    ]
-
-
 def convert_spec(kind: str, spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Our spec for a NACK spec, and notes on what changed; raises ValueError if invalid."""
     nack = KINDS[kind]
@@ -149,7 +136,7 @@ def convert_spec(kind: str, spec: Mapping[str, Any]) -> tuple[dict[str, Any], li
             )
     converted["adoption"] = "IfUnowned"
     _validated(nack.model, converted)
-    return converted, notes + _republish_note(kind, converted)
+    return converted, notes
 
 
 ACCOUNT_AUTH: Mapping[str, tuple[str, Mapping[str, str]]] = {

@@ -12,6 +12,7 @@ from typing import Any
 from ..api.keyvalue import KeyValueSpec
 from ..api.objectstore import ObjectStoreSpec
 from ..api.stream import StreamSource, StreamSpec, SubjectTransform
+from .stream_config import default_duplicate_window
 
 KV_STREAM_PREFIX = "KV_"
 OBJ_STREAM_PREFIX = "OBJ_"
@@ -60,6 +61,9 @@ def keyvalue_stream_spec(spec: KeyValueSpec) -> StreamSpec:
         "max_msgs_per_subject": spec.history,
         "max_bytes": spec.max_bytes,
         "max_age": spec.ttl,
+        # Stated, as the clients state it, for mirrors and sources too: left to the server, a
+        # mirror gets none and sources 2m or 0 depending on its version.
+        "duplicate_window": default_duplicate_window(spec.ttl or 0),
         "max_msg_size": spec.max_value_size,
         "replicas": spec.replicas,
         "placement": spec.placement,
@@ -77,10 +81,10 @@ def keyvalue_stream_spec(spec: KeyValueSpec) -> StreamSpec:
         fields["allow_msg_ttl"] = True
         fields["subject_delete_marker_ttl"] = spec.limit_marker_ttl
     if spec.republish is not None:
-        republish = spec.republish
-        if republish.source == ">":  # the stream's own subjects, which ">" is not a subset of
-            republish = republish.model_copy(update={"source": kv_subjects(bucket)})
-        fields["republish"] = republish
+        # As written: ">" is what the clients and NACK store when no source is given, and it
+        # is not $KV.<bucket>.> in disguise (a destination's ">" takes what the source's
+        # matched, so ">" republishes to <dest>.$KV.<bucket>.<key>).
+        fields["republish"] = spec.republish
     if spec.mirror is not None:
         fields["mirror"] = spec.mirror.model_copy(
             update={"name": _kv_stream_name(spec.mirror.name)}
