@@ -279,6 +279,40 @@ async def test_bad_ca_is_explained(
     assert "CA certificate" in found["message"]
 
 
+@pytest.mark.parametrize("system_cas", [None, ""])
+async def test_ca_key_null_or_empty_verifies_with_the_system_cas(
+    resources: Resources,
+    api_client: client.ApiClient,
+    namespace: str,
+    tls_token_nats: NatsServer,
+    system_cas: str | None,
+) -> None:
+    """Kept as written by the API server (no ca.crt default put in its place), so the operator
+    reads no CA from the Secret: the test CA is not among the system's, hence TLSFailed."""
+    put_secret(api_client, namespace, "no-ca", {"unrelated": "x"})
+    put_secret(api_client, namespace, "token", {"token": TOKEN})
+    url = tls_token_nats.url.replace("nats://", "tls://")
+    created = resources.create(
+        "natsconnections",
+        connection(
+            "system-cas",
+            [url],
+            token={"secretName": "token", "key": "token"},
+            tls={"secretName": "no-ca", "caKey": system_cas},
+        ),
+    )
+    assert created["spec"]["tls"] == {"secretName": "no-ca", "caKey": system_cas}
+    stored = resources.get("natsconnections", "system-cas") or {}
+    assert stored["spec"]["tls"]["caKey"] == system_cas
+
+    async def explained() -> dict[str, Any] | None:
+        found = condition(resources.get("natsconnections", "system-cas"))
+        return found if found.get("reason") == "TLSFailed" else None
+
+    found = await eventually(explained, timeout=30)
+    assert "ca.crt" not in found["message"]
+
+
 async def test_creds_file_in_operator_mode(
     resources: Resources,
     api_client: client.ApiClient,

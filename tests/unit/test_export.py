@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from jetstream_operator.api.connection import NatsConnectionSpec
 from jetstream_operator.cli import main
 from jetstream_operator.export.kinds import CONSUMERS, KEY_VALUES, OBJECT_STORES, STREAMS
 from jetstream_operator.export.manifests import (
@@ -577,6 +578,11 @@ def test_a_nack_account_becomes_a_nats_connection_reading_the_same_secrets() -> 
         "usernameKey": "name",
         "passwordKey": "pw",
     }
+    no_ca = nack("Account", "sys", {"servers": ["tls://n:4222"], "tls": {"secret": {"name": "t"}}})
+    tls = convert_documents([no_ca]).manifests[0]["spec"]["tls"]
+    assert tls == {"secretName": "t", "caKey": ""}  # the system CAs, as NACK verified
+    spec = NatsConnectionSpec.model_validate({"servers": ["tls://n"], "tls": tls})
+    assert spec.tls is not None and spec.tls.ca_key is None
 
 
 def test_nack_kinds_without_a_counterpart_are_refused_by_name() -> None:

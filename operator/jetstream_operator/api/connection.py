@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue, field_validator
 
 from .base import ResourceModel, cel
 from .status import OperatorStatus
@@ -17,6 +17,8 @@ SecretName = Annotated[
     str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 ]
 SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+CaKey = Annotated[str, Field(max_length=253, pattern=r"^[-._a-zA-Z0-9]*$")]
+"""A Secret key, or "" for none (nullable in the CRD: a null is kept, not defaulted)."""
 ServerUrl = Annotated[
     str, Field(min_length=1, max_length=1024, pattern=r"^(nats|tls|wss?)://[^\s]+$")
 ]
@@ -27,12 +29,19 @@ class TlsSecret(ResourceModel):
 
     secret_name: SecretName
     """Secret in the same namespace."""
-    ca_key: SecretKey | None = "ca.crt"
-    """Key of the CA bundle that signs the servers' certificates; null to use system CAs."""
+    ca_key: CaKey | None = Field("ca.crt", json_schema_extra={"nullable": True})
+    """Key of the CA bundle that signs the servers' certificates; "" or null to use the system
+    CAs ("" survives any apply; a merge patch's null removes the field, bringing ca.crt back)."""
     cert_key: SecretKey | None = None
     """Key of the client certificate, for servers that verify clients (e.g. "tls.crt")."""
     key_key: SecretKey | None = None
     """Key of the client certificate's private key (e.g. "tls.key")."""
+
+    @field_validator("ca_key")
+    @classmethod
+    def _system_cas(cls, value: str | None) -> str | None:
+        """ "" and null both mean the system CAs: no key to read."""
+        return value or None
 
 
 class UserPasswordSecret(ResourceModel):

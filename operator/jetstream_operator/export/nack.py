@@ -176,7 +176,8 @@ def convert_account(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
             notes.append("spec.tls: a client cert without its key (or back), unused by NACK too")
         converted["tls"] = {
             "secretName": _secret(tls, "tls"),
-            "caKey": tls.get("ca") or None,  # none: NACK verified with the system's CAs
+            # "": NACK verified with the system's CAs; unlike null, no apply turns it into ca.crt
+            "caKey": tls.get("ca") or "",
             **({"certKey": cert, "keyKey": key} if cert and key else {}),
         }
     if spec.get("tlsFirst"):
