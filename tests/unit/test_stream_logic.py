@@ -220,3 +220,15 @@ def test_mirror_and_sources_map_to_server_shapes() -> None:
             "external": {"api": "$JS.hub.API", "deliver": ""},
         }
     ]
+
+
+def test_an_adopted_mirror_keeps_the_window_the_server_holds() -> None:
+    """Fields left to the server are neither compared nor changed by the adopting update."""
+    mirror = spec(subjects=[], mirror={"name": "ORIGIN"}, adoption="IfUnowned")
+    made_by_client = server_view(desired_stream_config(mirror, OWNER))
+    made_by_client["duplicate_window"] = 120_000_000_000
+    made_by_client["metadata"] = {"_nats.ver": "2.12.8"}
+    action = plan_stream(mirror, OWNER, {"config": made_by_client})
+    assert isinstance(action, UpdateStream)
+    assert [difference.field for difference in action.differences] == ["metadata"]
+    assert action.config["duplicate_window"] == 120_000_000_000

@@ -124,8 +124,9 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
         return OwnedElsewhere(spec.name, current_owner)
+    chosen = server_chosen_fields(spec)
     differences = [
-        *config_differences(desired, actual, server_chosen_fields(spec)),
+        *config_differences(desired, actual, chosen),
         *owner_difference(owner, current_owner),
     ]
     if not differences:
@@ -135,6 +136,9 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
     request = without_create_only(desired, actual)
     if spec.sealed and not actual.get("sealed"):
         request = without_create_only(sealing_request(spec, owner), actual)
+    # What is not compared is not changed either: an adopted mirror keeps the window its
+    # client gave it (nats.go: 2m) instead of getting ours with the owner record.
+    request.update({key: actual[key] for key in chosen if key in actual})
     changed = {difference.field for difference in differences}
     if {"num_replicas", "placement"} <= changed:
         # The server refuses both in one update (error 10123): replicas first, placement next.
