@@ -93,11 +93,15 @@ def operator_read_only(operator_process: OperatorProcess) -> Iterator[OperatorPr
 
 @pytest.fixture
 def operator_on_cluster(
-    operator_process: OperatorProcess, nats_cluster: object
+    operator_process: OperatorProcess, nats_cluster: object, namespace: str
 ) -> Iterator[OperatorProcess]:
     """The operator on the 3-node cluster, serving only the cluster tests' namespaces: with
     every earlier test's resources it would first fill the cluster with their streams, and a
-    leader election under that load takes minutes on two cores."""
+    leader election under that load takes minutes on two cores.
+
+    Started after the test's namespace exists: kopf (1.45) lists namespaces, then lists again
+    to start its namespace watch and ignores what that second list holds, so a namespace made
+    between the two, milliseconds after start-up, is never watched."""
     urls = ",".join(nats_cluster.urls)  # type: ignore[attr-defined]
     namespaces = f"{CLUSTER_NAMESPACE_PREFIX}*"
     with operator_variant(
