@@ -8,6 +8,7 @@ others); that the real server behaves this way is tested against nats-server in 
 from __future__ import annotations
 
 import copy
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ class FakeJetStream:
         self.forced = forced or {}
         self.requests: list[str] = []
         self.refuse: str | None = None
+        self.on_consumer_listing: Callable[[], Awaitable[None]] | None = None
 
     def _info(self, name: str) -> dict[str, Any]:
         return {
@@ -66,6 +68,13 @@ class FakeJetStream:
 
     def sent(self, operation: str) -> int:
         return sum(1 for request in self.requests if request.startswith(operation))
+
+    async def list_consumers(self, stream: str) -> list[dict[str, Any]]:
+        self.requests.append(f"CONSUMERS {stream}")
+        if self.on_consumer_listing is not None:
+            await self.on_consumer_listing()
+            self.on_consumer_listing = None
+        return []
 
 
 class RecordingWriter:
@@ -175,11 +184,14 @@ async def test_a_stream_that_vanished_holding_data_comes_back_with_a_warning() -
 
 
 def watcher(
-    streams: ResourceRegistry, writer: RecordingWriter, memory: FailureMemory
+    streams: ResourceRegistry,
+    writer: RecordingWriter,
+    memory: FailureMemory,
+    consumers: ResourceRegistry | None = None,
 ) -> DriftWatcher:
     return DriftWatcher(
         {STREAM_KIND: streams},
-        ResourceRegistry(),
+        consumers if consumers is not None else ResourceRegistry(),
         pool=None,  # type: ignore[arg-type]  # resync() is called with the JetStream directly
         target=ConnectionTarget(("nats://127.0.0.1:4222",)),
         writer=writer,  # type: ignore[arg-type]
@@ -304,3 +316,29 @@ async def test_repairs_run_side_by_side_and_stop_starting_after_a_failure() -> N
     assert most == 4
     assert len(started) < 40  # after the failure nothing new started
     await all_of(repair(index) for index in range(4, 12))  # all succeed: no error
+
+
+async def test_a_deletion_announced_during_the_consumer_sweep_is_repaired_before_it_ends() -> None:
+    """At thousands of streams the sweep takes seconds: a repair must not wait for all of it."""
+    server = FakeJetStream()
+    streams, consumers = ResourceRegistry(), ResourceRegistry()
+    for name in ("a", "b", "lost"):
+        streams.observe("ADDED", stream_body(name, f"uid-{name}", {"name": name.upper()}))
+    for stream in ("A", "B"):
+        body = stream_body(f"w-{stream}", f"uid-w-{stream}", {"name": "unused"})
+        body["spec"] = {"durableName": "W", "streamName": stream}
+        consumers.observe("ADDED", body)
+    drift = watcher(streams, RecordingWriter(), FailureMemory(), consumers)
+    await drift.resync(server)  # type: ignore[arg-type]  # creates the three streams
+    server.requests.clear()
+
+    async def deleted_out_of_band() -> None:
+        del server.streams["LOST"]
+        await drift.notify_stream("LOST")  # as the deletion advisory does
+
+    server.on_consumer_listing = deleted_out_of_band
+    drift._sweep.everything_next()  # this pass lists every stream's consumers
+    await drift.resync(server)  # type: ignore[arg-type]
+    listings = [index for index, request in enumerate(server.requests) if "CONSUMERS" in request]
+    assert len(listings) == 2
+    assert listings[0] < server.requests.index("CREATE LOST") < listings[1]

@@ -372,6 +372,10 @@ class DriftWatcher:
             else:
                 by_stream.setdefault(stream, []).append(resource)
         for stream in self._sweep.choose(infos, by_stream):
+            # The sweep is a request per stream (hundreds at thousands of streams): what the
+            # advisories announced meanwhile is repaired first, not after the whole sweep.
+            if self._pending_streams or self._pending_consumers:
+                await self._repair_pending(jetstream)
             resources = by_stream[stream]
             consumers = {
                 str(info.get("name")): info for info in await jetstream.list_consumers(stream)
