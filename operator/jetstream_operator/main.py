@@ -37,6 +37,7 @@ from .k8s.login import credentials
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
+from .memory import HeapTrimmer
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
 from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
@@ -155,6 +156,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
     memo.watchers = WatcherSet(make_watcher)
     memo.watchers.sync(memo.directory.known())
+    # Freed heap stays in RSS until trimmed: idle at 2,000 resources 146-205 -> 110-113 MiB.
+    memo.trimmer = asyncio.create_task(HeapTrimmer().run(), name="heap-trimmer")
     if operator_settings.metrics_port is not None:
         registries = {
             **memo.backed,
@@ -176,6 +179,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
+    memo.trimmer.cancel()
     await memo.watchers.stop()
     await memo.pool.close()
     await memo.kubernetes.close()

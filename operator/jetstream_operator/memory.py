@@ -1,0 +1,127 @@
+"""Give the C heap's free memory back to the operating system.
+
+Converging thousands of resources allocates a lot at once: kopf opens a TLS connection per
+concurrent API request (about 200 at 2,000 resources), each with asyncio's 256 KiB read buffer.
+Once they close, glibc keeps the pages: its free chunks lie between live ones, so it can only
+return the top of the heap by itself, and an idle operator with 2,000 resources held 60-100 MiB
+of free heap in its RSS (mallinfo2). `malloc_trim(0)` also releases the free pages inside the
+heap (madvise): idle RSS at 2,000 resources went from 146-205 to 110-113 MiB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+TRIM_INTERVAL = 10.0
+"""Seconds between checks: pages freed by a pass come back within one interval of it."""
+TRIM_MIN_FREE = 8 * 1024 * 1024
+"""Free heap bytes below which a trim is not worth its walk over the heap."""
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Allocator:
+    """The C library's trim and free-bytes functions; either may be missing (musl, macOS)."""
+
+    trim: Callable[[], int] | None
+    free_bytes: Callable[[], int] | None
+
+
+def glibc() -> Allocator:
+    """glibc's `malloc_trim` and `mallinfo2` (2.33+), or None for each that is absent."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return Allocator(None, None)
+    trim_function = getattr(libc, "malloc_trim", None)
+    info_function = getattr(libc, "mallinfo2", None)
+    trim: Callable[[], int] | None = None
+    free_bytes: Callable[[], int] | None = None
+    if trim_function is not None:
+        trim_function.argtypes = [ctypes.c_size_t]
+        trim_function.restype = ctypes.c_int
+
+        def trim() -> int:
+            return int(trim_function(0))
+
+    if info_function is not None:
+        info_function.argtypes = []
+        info_function.restype = _MallInfo2
+
+        def free_bytes() -> int:
+            return int(info_function().fordblks)
+
+    return Allocator(trim, free_bytes)
+
+
+class HeapTrimmer:
+    """Trims the C heap every `interval` seconds when it holds at least `min_free` free bytes
+    (always, when the C library cannot tell)."""
+
+    def __init__(
+        self,
+        allocator: Allocator | None = None,
+        interval: float = TRIM_INTERVAL,
+        min_free: int = TRIM_MIN_FREE,
+    ) -> None:
+        self.allocator = allocator if allocator is not None else glibc()
+        self.interval = interval
+        self.min_free = min_free
+        self.trims = 0
+
+    @property
+    def available(self) -> bool:
+        return self.allocator.trim is not None
+
+    def trim_if_worth_it(self) -> bool:
+        """One check; True when it trimmed."""
+        if self.allocator.trim is None:
+            return False
+        if self.allocator.free_bytes is not None:
+            free = self.allocator.free_bytes()
+            if free < self.min_free:
+                return False
+        else:
+            free = -1
+        started = time.perf_counter()
+        self.allocator.trim()
+        self.trims += 1
+        logger.debug(
+            "Trimmed the C heap (%d bytes free) in %.1f ms",
+            free,
+            (time.perf_counter() - started) * 1000,
+        )
+        return True
+
+    async def run(self) -> None:
+        """Check forever; cancelled at shutdown."""
+        if not self.available:
+            return
+        while True:
+            await asyncio.sleep(self.interval)
+            self.trim_if_worth_it()
