@@ -42,8 +42,10 @@ def _run(args: argparse.Namespace) -> int:
     load_operator()
     import kopf
 
+    from .memory import shrink_tls_read_buffers
     from .settings import OperatorSettings
 
+    shrink_tls_read_buffers()
     settings = OperatorSettings()
     # kopf's formatter names the resource (namespace/name) on every line it logs for one;
     # JSON puts it in fields ("object") for log pipelines.

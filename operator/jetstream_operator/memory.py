@@ -125,3 +125,22 @@ class HeapTrimmer:
         while True:
             await asyncio.sleep(self.interval)
             self.trim_if_worth_it()
+
+
+TLS_READ_BUFFER = 64 * 1024
+"""Bytes asyncio reads from a TLS socket at once (its default is 256 KiB). Each TLS connection
+holds a buffer of this size for its lifetime, and kopf opens one connection per concurrent API
+request; a TLS record carries at most 16 KiB, so smaller reads cost a few more system calls on
+large responses only."""
+
+
+def shrink_tls_read_buffers(size: int = TLS_READ_BUFFER) -> bool:
+    """Make asyncio's TLS connections read `size` bytes at a time; False when this Python's
+    asyncio has no such setting (the buffer size is an implementation detail of 3.11+)."""
+    from asyncio import sslproto
+
+    protocol = getattr(sslproto, "SSLProtocol", None)
+    if protocol is None or not isinstance(getattr(protocol, "max_size", None), int):
+        return False
+    protocol.max_size = size
+    return True

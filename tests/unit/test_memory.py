@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from jetstream_operator.memory import Allocator, HeapTrimmer, glibc
+from jetstream_operator.memory import Allocator, HeapTrimmer, glibc, shrink_tls_read_buffers
 
 
 class FakeHeap:
@@ -73,3 +73,22 @@ def test_glibc_gives_both_functions() -> None:
     assert allocator.trim is not None and allocator.free_bytes is not None
     assert allocator.free_bytes() >= 0
     allocator.trim()
+
+
+def test_tls_connections_get_the_smaller_read_buffer() -> None:
+    import ssl
+    from asyncio import sslproto
+
+    default = sslproto.SSLProtocol.max_size
+    try:
+        assert shrink_tls_read_buffers(64 * 1024)
+
+        async def buffer_size() -> int:
+            loop = asyncio.get_running_loop()
+            context = ssl.create_default_context()
+            protocol = sslproto.SSLProtocol(loop, asyncio.Protocol(), context, None)
+            return len(protocol.get_buffer(-1))
+
+        assert asyncio.run(buffer_size()) == 64 * 1024 < default
+    finally:
+        sslproto.SSLProtocol.max_size = default
