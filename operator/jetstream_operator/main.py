@@ -45,6 +45,8 @@ from .reconcile.conditions import Outcome
 from .reconcile.ownership import Owner
 from .settings import OperatorSettings, default_target
 
+logger = logging.getLogger(__name__)
+
 # kopf's own bookkeeping annotations. kopf ignores changes under its storage prefix, so it must
 # differ from the prefix of the annotations people set (pause, purge) to keep those visible.
 KOPF_ANNOTATION_PREFIX = f"kopf.{GROUP}"
@@ -134,6 +136,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     watch_settings = WatchSettings(
         resync_interval=operator_settings.resync_interval,
         consumer_resync_interval=operator_settings.consumer_resync_interval,
+        consumer_idle_resync_interval=operator_settings.consumer_idle_resync_interval,
         use_advisories=operator_settings.advisories,
         read_only=operator_settings.read_only,
         pause_annotation=PAUSE_ANNOTATION,
@@ -410,6 +413,22 @@ def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | No
     return consumer_stream(tracked, memo.streams)
 
 
+CONSUMER_MADE = frozenset({"Created", "Recreated"})
+
+
+async def _recount_stream(
+    memo: kopf.Memo, owner: Owner, spec: kopf.Spec, stream: str, jetstream: JetStreamApi
+) -> None:
+    """The new consumer shows on its stream's count before it reports Ready itself."""
+    watcher = memo.watchers.get(spec_connection_key(owner.namespace, spec))
+    if watcher is None:
+        return
+    try:
+        await watcher.recount_now(stream, jetstream)
+    except Exception as error:  # the advisory's recount catches up; the consumer is made
+        logger.info("consumer count of stream %s follows later: %s", stream, error)
+
+
 @kopf.on.resume(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
 @kopf.on.create(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
 @kopf.on.update(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)
@@ -425,15 +444,19 @@ async def reconcile_consumer(
     async def work(
         jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
     ) -> Result:
-        return await consumer_handlers.reconcile(
+        stream = _resolved_stream(memo, owner, spec)
+        result = await consumer_handlers.reconcile(
             spec,
             owner,
             jetstream,
-            stream_name=_resolved_stream(memo, owner, spec),
+            stream_name=stream,
             read_only=settings.read_only,
             stream_arrival=stream_arrival,
             history=history,
         )
+        if stream and any(event.reason in CONSUMER_MADE for event in result.events):
+            await _recount_stream(memo, owner, spec, stream, jetstream)
+        return result
 
     await _handle(
         CONSUMER,

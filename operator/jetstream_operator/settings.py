@@ -31,9 +31,12 @@ class OperatorSettings(BaseSettings):
     resync_interval: float = Field(default=30.0, gt=0)
     """Seconds between full checks of every stream against its resource (one paged listing)."""
     consumer_resync_interval: float = Field(default=300.0, gt=0)
-    """Seconds within which every consumer is listed even if nothing announced a change; this
-    is also how often an idle consumer's delivered/pending figures in status refresh. Changes
-    made by anyone else are seen at once through advisories, whatever this is."""
+    """Seconds within which a consumer that clients are reading is listed even if its stream
+    gets no new messages, so its delivered/pending figures in status follow a drained backlog.
+    Changes made by anyone else are seen at once through advisories, whatever this is."""
+    consumer_idle_resync_interval: float = Field(default=14400.0, gt=0)
+    """Seconds within which an idle consumer is listed anyway: the guard against an advisory
+    lost without a reconnect, and how soon reading that starts with no new messages shows."""
     status_interval: float = Field(default=60.0, ge=0)
     """Seconds between status writes of a resource whose only changes are traffic counters
     (messages, bytes, sequences, pending); conditions and spec-driven changes are never held."""

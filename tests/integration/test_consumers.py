@@ -17,6 +17,7 @@ from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant
+from .figures import ApiAudit
 from .helpers import Resources, condition, eventually, fill, is_ready, is_subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -179,6 +180,44 @@ async def test_pull_consumer_serves_a_client_and_status_follows(
     status = (resources.get("consumers", "worker") or {})["status"]
     assert status["ackFloorStreamSeq"] == 4
     assert status["streamName"] == stream
+
+
+async def test_an_idle_consumer_costs_no_listing_until_clients_read_again(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    """The session's consumer resync interval is 2 s, its idle interval the default hours: once
+    nobody reads, the stream's consumers are no longer listed; new messages list them again."""
+    stream, subject = await make_stream(resources, nc, namespace)
+    resources.create(
+        "consumers", consumer_manifest("quiet", durableName="QUIET", streamRef="source")
+    )
+    await eventually(lambda: ready(resources, "consumers", "quiet"))
+    js = nc.jetstream()
+    await js.publish(f"{subject}.job", b"one")
+    subscription = await js.pull_subscribe_bind("QUIET", stream=stream)
+    for message in await subscription.fetch(1, timeout=5):
+        await message.ack_sync()
+
+    async def caught_up() -> bool:
+        status = (resources.get("consumers", "quiet") or {}).get("status") or {}
+        return status.get("ackFloorStreamSeq") == 1 and status.get("numPending") == 0
+
+    await eventually(caught_up, timeout=20)
+    await asyncio.sleep(6)  # a look that sees nothing move makes the stream idle
+    audit = await ApiAudit().start(nc)
+    try:
+        await asyncio.sleep(8)  # four resyncs
+        assert audit.count("CONSUMER.LIST", stream) == 0
+        await js.publish(f"{subject}.job", b"two")
+
+        async def pending_again() -> bool:
+            status = (resources.get("consumers", "quiet") or {}).get("status") or {}
+            return status.get("numPending") == 1
+
+        await eventually(pending_again, timeout=20)
+        assert audit.count("CONSUMER.LIST", stream) >= 1
+    finally:
+        await audit.stop()
 
 
 async def test_push_consumer_with_group_delivers_each_message_once(

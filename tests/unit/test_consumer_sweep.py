@@ -73,3 +73,71 @@ def test_a_small_share_of_few_streams_still_averages_out() -> None:
     sweep.choose(listing(names), names)
     listed = sum(len(sweep.choose(listing(names), names)) for _ in range(100))
     assert listed == 3
+
+
+def consumers(**figures: tuple[int, int]) -> dict[str, dict[str, Any]]:
+    """A CONSUMER.LIST answer: name -> (delivered stream seq, num_pending)."""
+    return {
+        name: {
+            "delivered": {"stream_seq": seq},
+            "ack_floor": {"stream_seq": seq},
+            "num_pending": pending,
+            "num_ack_pending": 0,
+        }
+        for name, (seq, pending) in figures.items()
+    }
+
+
+def listed_over(sweep: ConsumerSweep, names: list[str], passes: int) -> dict[str, int]:
+    counts = dict.fromkeys(names, 0)
+    for _ in range(passes):
+        for name in sweep.choose(listing(names), names):
+            counts[name] += 1
+    return counts
+
+
+def test_idle_consumers_are_listed_at_the_idle_share_and_busy_ones_at_the_full_share() -> None:
+    names = ["BUSY", "IDLE1", "IDLE2", "IDLE3"]
+    sweep = ConsumerSweep(share=0.5, idle_share=0.01)
+    sweep.choose(listing(names), names)  # the first pass lists everything
+    sweep.looked("BUSY", consumers(C=(10, 90)))  # work outstanding when first seen
+    for idle in names[1:]:
+        sweep.looked(idle, consumers(C=(10, 0)))
+    counts = listed_over(sweep, names, 100)
+    assert counts["BUSY"] == 50
+    assert sum(counts[idle] for idle in names[1:]) == 3  # 3 streams x 100 passes x 0.01
+
+
+def test_a_consumer_stays_active_while_its_figures_move_and_turns_idle_when_they_stop() -> None:
+    sweep = ConsumerSweep(share=1.0, idle_share=0.0)
+    sweep.choose(listing(["S"]), ["S"])
+    sweep.looked("S", consumers(C=(10, 90)))
+    assert sweep.choose(listing(["S"]), ["S"]) == {"S"}
+    sweep.looked("S", consumers(C=(50, 50)))  # a client drains the backlog: no new messages
+    assert sweep.choose(listing(["S"]), ["S"]) == {"S"}
+    sweep.looked("S", consumers(C=(50, 50)))  # nobody reads any more: a backlog left alone
+    assert sweep.choose(listing(["S"]), ["S"]) == set()
+    # New messages move the stream's mark: listed at once, whatever its share.
+    assert sweep.choose(listing(["S"], last_seq=7), ["S"]) == {"S"}
+
+
+def test_a_new_consumer_without_work_does_not_make_its_stream_active() -> None:
+    sweep = ConsumerSweep(share=1.0, idle_share=0.0)
+    sweep.choose(listing(["S"]), ["S"])
+    sweep.looked("S", consumers(C=(10, 0)))
+    sweep.looked("S", consumers(C=(10, 0), D=(10, 0)))
+    assert sweep.choose(listing(["S"]), ["S"]) == set()
+    sweep.looked("S", consumers(C=(10, 0), D=(10, 0), E=(0, 10)))
+    assert sweep.choose(listing(["S"]), ["S"]) == {"S"}
+
+
+def test_a_stream_first_seen_with_messages_counts_as_active() -> None:
+    """Its consumers' handlers have just made them; a client may now be reading its backlog."""
+    sweep = ConsumerSweep(share=1.0, idle_share=0.0)
+    sweep.choose(listing(["A"]), ["A"])
+    names = ["A", "FULL", "EMPTY"]
+    infos = listing(names)
+    infos["FULL"]["state"]["messages"] = 5
+    assert sweep.choose(infos, names) == {"FULL"}
+    sweep.looked("FULL", consumers(C=(5, 0)))
+    assert sweep.choose(infos, names) == set()

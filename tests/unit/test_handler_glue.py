@@ -37,11 +37,12 @@ class FakeJetStream:
         self.requests: list[str] = []
         self.refuse: str | None = None
         self.on_consumer_listing: Callable[[], Awaitable[None]] | None = None
+        self.consumer_counts: dict[str, int] = {}
 
     def _info(self, name: str) -> dict[str, Any]:
         return {
             "config": copy.deepcopy(self.streams[name]),
-            "state": {"messages": 0, "consumer_count": 0},
+            "state": {"messages": 0, "consumer_count": self.consumer_counts.get(name, 0)},
             "created": "2026-01-01T00:00:00Z",
         }
 
@@ -342,3 +343,25 @@ async def test_a_deletion_announced_during_the_consumer_sweep_is_repaired_before
     listings = [index for index, request in enumerate(server.requests) if "CONSUMERS" in request]
     assert len(listings) == 2
     assert listings[0] < server.requests.index("CREATE LOST") < listings[1]
+
+
+async def test_a_consumer_just_made_shows_on_its_stream_with_one_info_and_one_write() -> None:
+    """Called before the consumer reports Ready, so its stream's count is not still 0 then."""
+    server = FakeJetStream()
+    streams = ResourceRegistry()
+    writer = RecordingWriter()
+    streams.observe("ADDED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
+    drift = watcher(streams, writer, FailureMemory())
+    await drift.resync(server)  # type: ignore[arg-type]
+    resource = next(iter(streams))
+    resource.body["status"] = {**resource.status, **writer.patches[-1][1]}
+    writer.patches.clear()
+    server.requests.clear()
+    server.consumer_counts["ORDERS"] = 1
+    await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
+    assert server.requests == ["INFO ORDERS"]
+    assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
+    writer.patches.clear()
+    await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
+    await drift.recount_now("UNKNOWN", server)  # type: ignore[arg-type]  # no resource: no request
+    assert writer.patches == [] and server.requests == ["INFO ORDERS", "INFO ORDERS"]

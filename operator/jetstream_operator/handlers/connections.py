@@ -100,21 +100,28 @@ class WatcherSet:
 
     def __init__(self, make: Callable[[ConnectionKey, ConnectionTarget], DriftWatcher]) -> None:
         self._make = make
-        self._running: dict[ConnectionKey, tuple[ConnectionTarget, asyncio.Task[None]]] = {}
+        self._running: dict[
+            ConnectionKey, tuple[ConnectionTarget, DriftWatcher, asyncio.Task[None]]
+        ] = {}
 
     def sync(self, wanted: Mapping[ConnectionKey, ConnectionTarget]) -> None:
         for key in list(self._running):
-            target, task = self._running[key]
+            target, _, task = self._running[key]
             if wanted.get(key) != target:
                 task.cancel()
                 del self._running[key]
         for key, target in wanted.items():
             if key not in self._running:
-                task = asyncio.create_task(self._make(key, target).run(), name=f"drift-{key}")
-                self._running[key] = (target, task)
+                watcher = self._make(key, target)
+                task = asyncio.create_task(watcher.run(), name=f"drift-{key}")
+                self._running[key] = (target, watcher, task)
+
+    def get(self, key: ConnectionKey) -> DriftWatcher | None:
+        running = self._running.get(key)
+        return running[1] if running is not None else None
 
     async def stop(self) -> None:
-        tasks = [task for _, task in self._running.values()]
+        tasks = [task for _, _, task in self._running.values()]
         self._running.clear()
         for task in tasks:
             task.cancel()

@@ -2,10 +2,11 @@
 
 One STREAM.LIST pass (N/256 requests) checks every stream, instead of a timer and an INFO request
 per resource. JetStream has no account-wide consumer listing, so consumers are listed per stream,
-and only where needed: for streams whose state moved since the last look (new messages, a consumer
-added or removed), for every stream after a reconnect, and for a rotating share of the rest, so
-each stream's consumers are listed at least once per consumer resync interval. Status is written
-only when something a person would see has changed.
+and only where advisories cannot stand in: for streams whose state moved since the last look (new
+messages, a consumer added or removed), for every stream after advisories may have been lost (a
+reconnect, a slow-consumer drop), for consumers clients are reading (every consumer resync
+interval), and for the idle rest once per idle interval. Status is written only when something a
+person would see has changed.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def needs_care(resource: TrackedResource) -> bool:
 class WatchSettings:
     resync_interval: float
     consumer_resync_interval: float = 300.0
+    consumer_idle_resync_interval: float = 14400.0
     use_advisories: bool = True
     read_only: bool = False
     pause_annotation: str = ""
@@ -105,20 +107,83 @@ def stream_mark(info: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-class ConsumerSweep:
-    """Chooses the streams whose consumers a resync lists, so the idle cost stays near one
-    listing page per 256 streams while every consumer is still checked within its interval."""
+def consumer_activity(consumer: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What moves in a consumer's listing when clients read or acknowledge, even if its stream
+    gets no new messages (a backlog being drained)."""
+    delivered = consumer.get("delivered") or {}
+    ack_floor = consumer.get("ack_floor") or {}
+    return (
+        delivered.get("stream_seq"),
+        ack_floor.get("stream_seq"),
+        consumer.get("num_pending"),
+        consumer.get("num_ack_pending"),
+        consumer.get("num_redelivered"),
+    )
+
+
+def has_work(consumer: Mapping[str, Any]) -> bool:
+    return bool(consumer.get("num_pending") or consumer.get("num_ack_pending"))
+
+
+class _Rotation:
+    """A cursor over a changing set of streams that lists `share` of them per pass; fractions
+    carry over, so a small set is not listed on every pass."""
 
     def __init__(self, share: float) -> None:
-        self._share = min(1.0, max(0.0, share))
-        self._marks: dict[str, tuple[Any, ...]] = {}
+        self.share = min(1.0, max(0.0, share))
         self._cursor = 0
         self._credit = 0.0
+
+    def take(self, members: list[str]) -> list[str]:
+        if not members:
+            return []
+        self._credit += len(members) * self.share
+        count = min(len(members), math.floor(self._credit))
+        self._credit -= count
+        start = self._cursor % len(members)
+        self._cursor = start + count
+        return (members + members)[start : start + count]
+
+
+class ConsumerSweep:
+    """Chooses the streams whose consumers a resync lists.
+
+    Advisories and the API audit report every change to a consumer as it happens, so listing is
+    needed only where they cannot help: for streams whose state moved (new messages, a consumer
+    added or removed: pending figures changed), for every stream after advisories may have been
+    lost, for consumers that clients are reading without new messages (a backlog being drained:
+    `share`, every consumer resync interval), and, as the guard against an advisory lost without
+    a reconnect, for the idle rest at the much smaller `idle_share`. Idle consumers therefore
+    cost a listing per stream per idle interval, not per consumer resync interval.
+    """
+
+    def __init__(self, share: float, idle_share: float | None = None) -> None:
+        self._active_rotation = _Rotation(share)
+        self._idle_rotation = _Rotation(share if idle_share is None else idle_share)
+        self._marks: dict[str, tuple[Any, ...]] = {}
+        self._activity: dict[str, dict[str, tuple[Any, ...]]] = {}
+        self._active: set[str] = set()
         self._everything = True
 
     def everything_next(self) -> None:
         """Advisories may have been lost: list every stream's consumers on the next pass."""
         self._everything = True
+
+    def looked(self, stream: str, consumers: Mapping[str, Mapping[str, Any]]) -> None:
+        """Record a listing of the stream's consumers: a stream stays active while a consumer's
+        figures move between looks, or when one first seen has work outstanding."""
+        before = self._activity.get(stream)
+        now = {name: consumer_activity(info) for name, info in consumers.items()}
+        moving = any(
+            (before is not None and name in before and before[name] != mark)
+            or ((before is None or name not in before) and has_work(consumers[name]))
+            for name, mark in now.items()
+        )
+        self._activity[stream] = now
+        if moving:
+            self._active.add(stream)
+        else:
+            self._active.discard(stream)
 
     def choose(self, infos: Mapping[str, Mapping[str, Any]], streams: Iterable[str]) -> set[str]:
         ordered = sorted(set(streams))
@@ -127,26 +192,26 @@ class ConsumerSweep:
             chosen = set(ordered)
         else:
             # A stream seen for the first time had its consumers made or checked by their
-            # handlers just now: it is only marked. Afterwards, a changed mark means a look.
+            # handlers just now: it is only marked (and counted active if it holds messages a
+            # consumer may be reading). Afterwards, a changed mark means a look.
             chosen = {
                 name
                 for name in ordered
                 if name in self._marks and stream_mark(infos[name]) != self._marks[name]
             }
             for name in ordered:
-                self._marks.setdefault(name, stream_mark(infos[name]))
-            if ordered:
-                # Fractions carry over, so a small account is not listed on every pass.
-                self._credit += len(ordered) * self._share
-                count = min(len(ordered), math.floor(self._credit))
-                self._credit -= count
-                start = self._cursor % len(ordered)
-                chosen.update((ordered + ordered)[start : start + count])
-                self._cursor = start + count
+                if name not in self._marks:
+                    self._marks[name] = stream_mark(infos[name])
+                    if (infos[name].get("state") or {}).get("messages"):
+                        self._active.add(name)
+            chosen.update(self._active_rotation.take([n for n in ordered if n in self._active]))
+            chosen.update(self._idle_rotation.take([n for n in ordered if n not in self._active]))
         for name in chosen:
             self._marks[name] = stream_mark(infos[name])
         for gone in set(self._marks) - set(ordered):
             del self._marks[gone]
+            self._activity.pop(gone, None)
+            self._active.discard(gone)
         return chosen
 
 
@@ -185,12 +250,19 @@ class DriftWatcher:
         self._pending_consumers: set[tuple[str, str]] = set()
         self._second_looks: dict[tuple[str, str], int] = {}
         self._wakeup = asyncio.Event()
-        self._sweep = ConsumerSweep(settings.resync_interval / settings.consumer_resync_interval)
+        share = settings.resync_interval / settings.consumer_resync_interval
+        # Without advisories the sweep is the only way to see a change: no idle discount.
+        idle_share = (
+            settings.resync_interval / settings.consumer_idle_resync_interval
+            if settings.use_advisories
+            else share
+        )
+        self._sweep = ConsumerSweep(share, idle_share)
 
     async def run(self) -> None:
         """Run until cancelled; NATS outages only delay the work."""
         subscribed = False
-        reconnects = -1
+        losses: tuple[int, int] | None = None
         next_resync = 0.0
         loop = asyncio.get_running_loop()
         interval = self._settings.resync_interval
@@ -209,9 +281,14 @@ class DriftWatcher:
                 if self._settings.use_advisories and not subscribed:
                     await subscribe_changes(connection, self.notify_stream, self.notify_consumer)
                     subscribed = True
-                if connection.stats["reconnects"] != reconnects:
-                    # Advisories sent while we were away are lost: look at everything.
-                    reconnects = connection.stats["reconnects"]
+                now_losses = (
+                    connection.stats["reconnects"],
+                    self._pool.dropped_messages(self._target),
+                )
+                if now_losses != losses:
+                    # Advisories sent while we were away, or dropped because we fell behind,
+                    # are lost: look at everything.
+                    losses = now_losses
                     next_resync = 0.0
                     self._sweep.everything_next()
                 await self._repair_pending(jetstream)
@@ -284,6 +361,19 @@ class DriftWatcher:
                 self._recount_at = asyncio.get_running_loop().time() + RECOUNT_GATHER
             self._recount.add(stream)  # its consumer count in status is now stale
         self._wakeup.set()
+
+    async def recount_now(self, stream: str, jetstream: JetStreamApi) -> None:
+        """Show a consumer just made on its stream's count before the consumer reports Ready,
+        so status is complete when the last resource turns Ready. The write is the one the
+        advisory's recount would make a moment later; that recount then finds nothing to do."""
+        resources = [r for r in self._streams.with_spec("name", stream) if self.belongs(r)]
+        if not resources:
+            return
+        info = await jetstream.stream_info(stream)
+        if info is None:
+            return
+        for resource in resources:
+            await self._repair(STREAM_KIND.resource, resource, jetstream, info)
 
     async def _retry_due(self, jetstream: JetStreamApi) -> None:
         """Retry the failures whose backoff has run out."""
@@ -380,6 +470,7 @@ class DriftWatcher:
             consumers = {
                 str(info.get("name")): info for info in await jetstream.list_consumers(stream)
             }
+            self._sweep.looked(stream, consumers)
             for resource in resources:
                 known = consumers.get(str(resource.spec_text("durableName")))
                 await self._repair(CONSUMER, resource, jetstream, known, infos[stream])

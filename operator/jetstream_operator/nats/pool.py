@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nats.aio.client import Client, RawCredentials
+from nats.errors import SlowConsumerError
 
 from .jsapi import JetStreamApi, JetStreamUnavailable
 
@@ -134,6 +135,7 @@ class ConnectionPool:
         self._locks: dict[ConnectionTarget, asyncio.Lock] = {}
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout
+        self._dropped: dict[ConnectionTarget, int] = {}
 
     async def jetstream(self, target: ConnectionTarget) -> JetStreamApi:
         connection = await self.connection(target)
@@ -153,6 +155,9 @@ class ConnectionPool:
         problems: list[str] = []
 
         async def on_error(error: Exception) -> None:
+            if isinstance(error, SlowConsumerError):
+                # nats-py dropped a message it could not queue: an advisory may be lost.
+                self._dropped[target] = self._dropped.get(target, 0) + 1
             problems.append(f"{type(error).__name__}: {error}")
             logger.warning("NATS connection %s: %s", target.label, type(error).__name__)
 
@@ -185,6 +190,11 @@ class ConnectionPool:
             await connection.close()
             raise classify(target, problems) from None
         return connection
+
+    def dropped_messages(self, target: ConnectionTarget) -> int:
+        """Messages nats-py dropped on this target's connection because a subscriber fell
+        behind (slow consumer), counted since the pool started."""
+        return self._dropped.get(target, 0)
 
     def is_connected(self, target: ConnectionTarget) -> bool:
         connection = self._connections.get(target)
