@@ -239,9 +239,12 @@ def _backed(memo: kopf.Memo) -> dict[StreamBackedKind, ResourceRegistry]:
 
 def _observe(memo: kopf.Memo, registry: ResourceRegistry, event: kopf.RawEvent) -> None:
     body = event.get("object") or {}
+    uid = str((body.get("metadata") or {}).get("uid", ""))
     registry.observe(event.get("type"), body)
+    tracked = registry.get(uid)
+    if tracked is not None:
+        memo.watchers.observed(tracked)  # a consumer may wait for this stream's first status
     if event.get("type") == "DELETED":
-        uid = str((body.get("metadata") or {}).get("uid", ""))
         memo.failures.forget(uid)
         memo.budget.forget(uid)
 

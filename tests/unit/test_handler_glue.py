@@ -7,6 +7,7 @@ others); that the real server behaves this way is tested against nats-server in 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +39,7 @@ class FakeJetStream:
         self.refuse: str | None = None
         self.on_consumer_listing: Callable[[], Awaitable[None]] | None = None
         self.consumer_counts: dict[str, int] = {}
+        self.after_listing: Callable[[], Awaitable[None]] | None = None
 
     def _info(self, name: str) -> dict[str, Any]:
         return {
@@ -65,7 +67,11 @@ class FakeJetStream:
 
     async def list_streams(self) -> list[dict[str, Any]]:
         self.requests.append("LIST")
-        return [self._info(name) for name in self.streams]
+        listed = [self._info(name) for name in self.streams]
+        if self.after_listing is not None:
+            hook, self.after_listing = self.after_listing, None
+            await hook()  # what happens while the listing is on its way
+        return listed
 
     def sent(self, operation: str) -> int:
         return sum(1 for request in self.requests if request.startswith(operation))
@@ -365,3 +371,55 @@ async def test_a_consumer_just_made_shows_on_its_stream_with_one_info_and_one_wr
     await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
     await drift.recount_now("UNKNOWN", server)  # type: ignore[arg-type]  # no resource: no request
     assert writer.patches == [] and server.requests == ["INFO ORDERS", "INFO ORDERS"]
+
+
+async def test_a_new_consumer_waits_for_its_streams_first_status_before_counting() -> None:
+    """A count written before kopf's first status of the stream would be overwritten by the
+    handler's older figure: the recount waits until the watch has delivered that status."""
+    server = FakeJetStream()
+    await stream_handlers.reconcile(STREAM_KIND, {"name": "ORDERS"}, OWNER, server)
+    server.requests.clear()
+    server.consumer_counts["ORDERS"] = 1
+    streams = ResourceRegistry()
+    writer = RecordingWriter()
+    unhandled = stream_body("orders", "uid-1", {"name": "ORDERS"})
+    unhandled["status"] = {}
+    streams.observe("ADDED", unhandled)
+    drift = watcher(streams, writer, FailureMemory())
+    waiting = asyncio.create_task(drift.recount_now("ORDERS", server))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and server.requests == []
+    streams.observe("MODIFIED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
+    drift.observed(next(iter(streams)))
+    await asyncio.wait_for(waiting, 1.0)
+    assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
+    # No first status within the timeout: nothing is written; the advisory's recount follows.
+    other = stream_body("late", "uid-2", {"name": "LATE"})
+    other["status"] = {}
+    streams.observe("ADDED", other)
+    server.streams["LATE"] = {"name": "LATE"}
+    writer.patches.clear()
+    await drift.recount_now("LATE", server, timeout=0.05)  # type: ignore[arg-type]
+    assert writer.patches == []
+
+
+async def test_a_listing_older_than_a_recount_does_not_write_its_older_count_back() -> None:
+    server = FakeJetStream()
+    streams = ResourceRegistry()
+    writer = RecordingWriter()
+    streams.observe("ADDED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
+    drift = watcher(streams, writer, FailureMemory())
+    await drift.resync(server)  # type: ignore[arg-type]
+    resource = next(iter(streams))
+    resource.body["status"] = {**resource.status, **writer.patches[-1][1]}
+    writer.patches.clear()
+
+    async def consumer_made() -> None:
+        server.consumer_counts["ORDERS"] = 1
+        await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
+
+    server.after_listing = consumer_made
+    await drift.resync(server)  # type: ignore[arg-type]  # its listing still says 0
+    assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
+    await drift.resync(server)  # type: ignore[arg-type]  # a fresh listing agrees: no write
+    assert len(writer.patches) == 1

@@ -17,7 +17,7 @@ from ..nats.jsapi import JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
 from . import connection as connection_handlers
 from .drift import DriftWatcher
-from .registry import ConnectionKey, ResourceRegistry
+from .registry import ConnectionKey, ResourceRegistry, TrackedResource
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +115,10 @@ class WatcherSet:
                 watcher = self._make(key, target)
                 task = asyncio.create_task(watcher.run(), name=f"drift-{key}")
                 self._running[key] = (target, watcher, task)
+
+    def observed(self, resource: TrackedResource) -> None:
+        for _, watcher, _ in self._running.values():
+            watcher.observed(resource)
 
     def get(self, key: ConnectionKey) -> DriftWatcher | None:
         running = self._running.get(key)

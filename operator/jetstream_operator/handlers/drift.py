@@ -52,6 +52,8 @@ RECOUNT_GATHER = 0.5
 """Seconds to let consumer advisories gather before refreshing their streams' counts."""
 RECOUNT_BY_INFO = 8
 """Up to this many streams are refreshed by INFO each; more by one listing."""
+FIRST_STATUS_WAIT = 10.0
+"""Seconds a new consumer waits for its stream's first status before showing on its count."""
 PARALLEL_REPAIRS = 8
 """Resources repaired at once from one listing: a burst of status writes (consumer counts after
 thousands of consumers were made) then takes seconds rather than a write's latency each."""
@@ -249,6 +251,8 @@ class DriftWatcher:
         self._pending_streams: set[str] = set()
         self._pending_consumers: set[tuple[str, str]] = set()
         self._second_looks: dict[tuple[str, str], int] = {}
+        self._first_status: dict[str, asyncio.Event] = {}
+        self._looked_at: dict[str, float] = {}
         self._wakeup = asyncio.Event()
         share = settings.resync_interval / settings.consumer_resync_interval
         # Without advisories the sweep is the only way to see a change: no idle discount.
@@ -362,18 +366,39 @@ class DriftWatcher:
             self._recount.add(stream)  # its consumer count in status is now stale
         self._wakeup.set()
 
-    async def recount_now(self, stream: str, jetstream: JetStreamApi) -> None:
+    def observed(self, resource: TrackedResource) -> None:
+        """The watch delivered a resource: wake whoever waits for its first status."""
+        if resource.first_handled:
+            waiting = self._first_status.pop(resource.owner.uid, None)
+            if waiting is not None:
+                waiting.set()
+
+    async def _first_status_of(self, resource: TrackedResource, timeout: float) -> None:
+        """Wait until kopf's first status of the resource is in the registry: a count written
+        before it would be overwritten by the handler's older figure."""
+        if resource.first_handled:
+            return
+        waiting = self._first_status.setdefault(resource.owner.uid, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiting.wait(), timeout)
+
+    async def recount_now(
+        self, stream: str, jetstream: JetStreamApi, timeout: float = FIRST_STATUS_WAIT
+    ) -> None:
         """Show a consumer just made on its stream's count before the consumer reports Ready,
         so status is complete when the last resource turns Ready. The write is the one the
         advisory's recount would make a moment later; that recount then finds nothing to do."""
         resources = [r for r in self._streams.with_spec("name", stream) if self.belongs(r)]
         if not resources:
             return
+        for resource in resources:
+            await self._first_status_of(resource, timeout)
+        as_of = asyncio.get_running_loop().time()
         info = await jetstream.stream_info(stream)
         if info is None:
             return
         for resource in resources:
-            await self._repair(STREAM_KIND.resource, resource, jetstream, info)
+            await self._repair(STREAM_KIND.resource, resource, jetstream, info, as_of=as_of)
 
     async def _retry_due(self, jetstream: JetStreamApi) -> None:
         """Retry the failures whose backoff has run out."""
@@ -389,17 +414,29 @@ class DriftWatcher:
         consumer count within seconds instead of at the next resync. A few streams cost an INFO
         each; more cost one listing (a request per 256 streams)."""
         names, self._recount = self._recount, set()
+        as_of = asyncio.get_running_loop().time()
         if len(names) <= RECOUNT_BY_INFO:
             infos = {name: await jetstream.stream_info(name) for name in names}
         else:
             listed = await jetstream.list_streams()
             infos = {str(info.get("config", {}).get("name")): info for info in listed}
         await all_of(
-            self._repair(STREAM_KIND.resource, resource, jetstream, infos[name])
+            self._repair(STREAM_KIND.resource, resource, jetstream, infos[name], as_of=as_of)
             for name in names
             if infos.get(name) is not None
             for resource in self._streams.with_spec("name", name)
         )
+        # A stream kopf has not yet written a first status for was skipped: look again soon
+        # rather than at the next resync.
+        later = {
+            name
+            for name in names
+            if infos.get(name) is not None
+            and any(not r.first_handled for r in self._streams.with_spec("name", name))
+        }
+        if later:
+            self._recount |= later
+            self._recount_at = asyncio.get_running_loop().time() + RECOUNT_GATHER
 
     def _look_again(self, stream: str, consumer: str, delay: float = 1.0) -> None:
         key = (stream, consumer)
@@ -443,11 +480,12 @@ class DriftWatcher:
 
     async def resync(self, jetstream: JetStreamApi) -> None:
         """One paged listing of all streams, and of the consumers the sweep chooses."""
+        as_of = asyncio.get_running_loop().time()
         infos = {
             str(info.get("config", {}).get("name")): info for info in await jetstream.list_streams()
         }
         await all_of(
-            self._repair(kind.resource, resource, jetstream, infos.get(name))
+            self._repair(kind.resource, resource, jetstream, infos.get(name), as_of=as_of)
             for kind, registry in self._backed.items()
             for resource in registry
             if (name := kind.stream_name(resource.spec)) is not None
@@ -474,6 +512,8 @@ class DriftWatcher:
             for resource in resources:
                 known = consumers.get(str(resource.spec_text("durableName")))
                 await self._repair(CONSUMER, resource, jetstream, known, infos[stream])
+        # Later listings are newer than every look recorded before this one.
+        self._looked_at = {uid: at for uid, at in self._looked_at.items() if at > as_of}
 
     def belongs(self, resource: TrackedResource) -> bool:
         """Whether the resource uses this watcher's connection."""
@@ -520,13 +560,15 @@ class DriftWatcher:
         jetstream: JetStreamApi,
         known: Mapping[str, Any] | None,
         known_stream: Mapping[str, Any] | None = None,
+        as_of: float | None = None,
     ) -> None:
         """One resource's pass; its failure never stops the others' (it is logged and retried
-        by the failure memory)."""
+        by the failure memory). `as_of` is when `known` was fetched: a listing taken before the
+        resource's latest look (a consumer's recount meanwhile) would write older figures."""
         if not needs_care(resource) or not self.belongs(resource):
             return
         try:
-            await self._repair_one(kind, resource, jetstream, known, known_stream)
+            await self._repair_one(kind, resource, jetstream, known, known_stream, as_of)
         except JetStreamUnavailable:
             raise  # the whole connection is in trouble: the run loop backs off
         except Exception:
@@ -541,9 +583,16 @@ class DriftWatcher:
         jetstream: JetStreamApi,
         known: Mapping[str, Any] | None,
         known_stream: Mapping[str, Any] | None,
+        as_of: float | None = None,
     ) -> None:
         started = time.perf_counter()
         async with resource.lock:
+            uid = resource.owner.uid
+            looked = asyncio.get_running_loop().time() if known is None else as_of
+            if looked is not None:
+                if looked < self._looked_at.get(uid, -math.inf):
+                    return  # a newer look already wrote what this one knows
+                self._looked_at[uid] = looked
             annotation = self._settings.pause_annotation
             if annotation and resource.annotation(annotation).lower() == "true":
                 result = paused(annotation)
