@@ -351,8 +351,8 @@ async def test_a_deletion_announced_during_the_consumer_sweep_is_repaired_before
     assert listings[0] < server.requests.index("CREATE LOST") < listings[1]
 
 
-async def test_a_consumer_just_made_shows_on_its_stream_with_one_info_and_one_write() -> None:
-    """Called before the consumer reports Ready, so its stream's count is not still 0 then."""
+async def one_stream_in_sync() -> tuple[FakeJetStream, RecordingWriter, DriftWatcher]:
+    """Stream ORDERS made by a resync, its status as the watch would deliver it."""
     server = FakeJetStream()
     streams = ResourceRegistry()
     writer = RecordingWriter()
@@ -362,6 +362,12 @@ async def test_a_consumer_just_made_shows_on_its_stream_with_one_info_and_one_wr
     resource = next(iter(streams))
     resource.body["status"] = {**resource.status, **writer.patches[-1][1]}
     writer.patches.clear()
+    return server, writer, drift
+
+
+async def test_a_consumer_just_made_shows_on_its_stream_with_one_info_and_one_write() -> None:
+    """Called before the consumer reports Ready, so its stream's count is not still 0 then."""
+    server, writer, drift = await one_stream_in_sync()
     server.requests.clear()
     server.consumer_counts["ORDERS"] = 1
     await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
@@ -404,15 +410,7 @@ async def test_a_new_consumer_waits_for_its_streams_first_status_before_counting
 
 
 async def test_a_listing_older_than_a_recount_does_not_write_its_older_count_back() -> None:
-    server = FakeJetStream()
-    streams = ResourceRegistry()
-    writer = RecordingWriter()
-    streams.observe("ADDED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
-    drift = watcher(streams, writer, FailureMemory())
-    await drift.resync(server)  # type: ignore[arg-type]
-    resource = next(iter(streams))
-    resource.body["status"] = {**resource.status, **writer.patches[-1][1]}
-    writer.patches.clear()
+    server, writer, drift = await one_stream_in_sync()
 
     async def consumer_made() -> None:
         server.consumer_counts["ORDERS"] = 1
