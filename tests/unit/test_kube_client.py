@@ -3,6 +3,7 @@ the API server refuses a token (a real HTTP server, not a mock)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -56,8 +57,13 @@ async def api_server() -> AsyncIterator[tuple[str, list[str]]]:
             )
         return web.json_response({"metadata": {"name": request.match_info["name"]}})
 
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.3)
+        return web.json_response({"kind": "Status", "status": "Success"})
+
     app = web.Application()
     app.router.add_get("/api/v1/namespaces/{namespace}/secrets/{name}", secret)
+    app.router.add_get("/slow", slow)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -93,3 +99,22 @@ async def test_a_token_refused_again_is_an_error_not_a_loop(
             await api.request("GET", "/api/v1/namespaces/default/secrets/one")
     assert refused.value.status == 401
     assert seen == ["Bearer old", "Bearer old"]
+
+
+async def test_requests_queued_behind_busy_connections_wait_their_turn(
+    api_server: tuple[str, list[str]],
+) -> None:
+    """A burst of writes queues for the few connections; the wait is not a connect timeout."""
+    server, _ = api_server
+    login = lambda: kopf.ConnectionInfo(server=server, token="new")  # noqa: E731
+    async with KubeApi(login, connections=1, connect_timeout=0.1, read_timeout=5) as api:
+        answers = await asyncio.gather(*(api.request("GET", "/slow") for _ in range(3)))
+    assert [answer["status"] for answer in answers] == ["Success"] * 3
+
+
+async def test_a_request_without_an_answer_times_out(api_server: tuple[str, list[str]]) -> None:
+    server, _ = api_server
+    login = lambda: kopf.ConnectionInfo(server=server, token="new")  # noqa: E731
+    async with KubeApi(login, read_timeout=0.1) as api:
+        with pytest.raises(TimeoutError):
+            await api.request("GET", "/slow")

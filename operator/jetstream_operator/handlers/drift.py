@@ -381,8 +381,14 @@ class DriftWatcher:
         if resource.first_handled:
             return
         waiting = self._first_status.setdefault(resource.owner.uid, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(waiting.wait(), timeout)
+        except TimeoutError:
+            logger.info(
+                "no first status of %s after %.0f s; its consumer count follows later",
+                resource.owner.describe(),
+                timeout,
+            )
 
     async def recount_now(
         self, stream: str, jetstream: JetStreamApi, timeout: float = FIRST_STATUS_WAIT

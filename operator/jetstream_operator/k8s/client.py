@@ -22,8 +22,13 @@ JSON_PATCH = "application/json-patch+json"
 CONNECTIONS = 8
 """Open connections at most: status writes, Events and Secret reads queue behind these rather
 than open one per resource when thousands need a write at once."""
-TIMEOUT = aiohttp.ClientTimeout(total=60, connect=10)
-"""No single request may hang a drift watcher or a handler for longer than this."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to open a connection to the API server."""
+READ_TIMEOUT = 60.0
+"""Seconds an open request may go without an answer: no hung request holds a watcher or a
+handler for longer. Neither counts the wait for one of the CONNECTIONS: aiohttp's `connect` and
+`total` timeouts do, and under a burst (5,000 consumers each refreshing its stream's count)
+queued writes failed with ConnectionTimeoutError after 10 s instead of waiting their turn."""
 
 
 class ApiError(Exception):
@@ -42,9 +47,18 @@ class KubeApi:
     """Requests with the credentials `login` gives; on a 401 (an expired or rotated token) it
     logs in again once and retries, as kopf does for its own requests."""
 
-    def __init__(self, login: Login, connections: int = CONNECTIONS) -> None:
+    def __init__(
+        self,
+        login: Login,
+        connections: int = CONNECTIONS,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+    ) -> None:
         self._login = login
         self._connections = connections
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=connect_timeout, sock_read=read_timeout
+        )
         self._session: aiohttp.ClientSession | None = None
         self._server = ""
         self._lock = asyncio.Lock()
@@ -106,7 +120,7 @@ class KubeApi:
                         "Accept": JSON,
                         "User-Agent": "jetstream-operator",
                     },
-                    timeout=TIMEOUT,
+                    timeout=self._timeout,
                     proxy=info.proxy_url,
                     trust_env=info.trust_env,
                 )
@@ -122,7 +136,7 @@ class KubeApi:
 
         async def close_later() -> None:
             try:
-                await asyncio.sleep(TIMEOUT.total or 0)
+                await asyncio.sleep(READ_TIMEOUT)
             finally:
                 await session.close()
 
