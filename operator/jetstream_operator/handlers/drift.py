@@ -54,8 +54,7 @@ RECOUNT_BY_INFO = 8
 """Up to this many streams are refreshed by INFO each; more by one listing."""
 FIRST_STATUS_WAIT = 60.0
 """Seconds a new consumer waits for its stream's first status before showing on its count (and
-before reporting Ready itself). At 5,000 streams applied at once, kopf's first status of a
-stream reached the watch more than 10 s after its consumer was made, for about 2,000 of them."""
+before reporting Ready itself); past it, the advisory's recount shows the consumer later."""
 PARALLEL_REPAIRS = 8
 """Resources repaired at once from one listing: a burst of status writes (consumer counts after
 thousands of consumers were made) then takes seconds rather than a write's latency each."""
@@ -384,6 +383,7 @@ class DriftWatcher:
         try:
             await asyncio.wait_for(waiting.wait(), timeout)
         except TimeoutError:
+            self._first_status.pop(resource.owner.uid, None)  # e.g. a stream that never came
             logger.info(
                 "no first status of %s after %.0f s; its consumer count follows later",
                 resource.owner.describe(),
