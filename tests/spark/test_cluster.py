@@ -88,7 +88,12 @@ class StandaloneCluster:
             "--webui-port",
             str(self.master_ui),
         )
+        # The master binds its ports before any worker picks free ones, so a worker cannot
+        # take the master's web UI port (the UI would then answer from port+1, and the port
+        # polled here with a worker's HTML page).
+        self.wait_for_workers(0)
         for index in range(workers):
+            port, webui = distinct_free_ports(2)
             work = self.root / f"worker-{index}"
             work.mkdir(exist_ok=True)
             self._start(
@@ -97,9 +102,9 @@ class StandaloneCluster:
                 "--host",
                 LOOPBACK,
                 "--port",
-                str(free_port()),
+                str(port),
                 "--webui-port",
-                str(free_port()),
+                str(webui),
                 "--cores",
                 "1",
                 "--memory",
@@ -114,7 +119,10 @@ class StandaloneCluster:
         status, body = http_get(f"http://{LOOPBACK}:{self.master_ui}/json/")
         if status != 200:
             return -1
-        return int(json.loads(body).get("aliveworkers", 0))
+        try:
+            return int(json.loads(body).get("aliveworkers", 0))
+        except ValueError:
+            return -1  # not the master's JSON (yet): ask again
 
     def wait_for_workers(self, count: int, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -232,3 +240,13 @@ def test_batch_and_streaming_on_a_cluster_survive_a_killed_worker(
 
     assert sorted(_payloads(url, batch_out)) == expected  # 0 lost, 0 duplicated
     assert sorted(_payloads(url, stream_out)) == expected
+
+
+def distinct_free_ports(count: int) -> list[int]:
+    """Free ports that differ from each other (two quick picks can return the same one)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
