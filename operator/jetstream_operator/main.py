@@ -229,6 +229,9 @@ def _report(
         raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
 
 
+MADE = frozenset({"Created", "Recreated"})
+"""Event reasons of a pass that made its stream or consumer in NATS."""
+
 RETRY_FALLBACK = 5.0
 """Seconds before kopf retries a deletion whose pass set no delay of its own."""
 
@@ -350,7 +353,7 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
             result = await stream_handlers.reconcile(
                 kind, spec, owner, jetstream, read_only=settings.read_only, history=history
             )
-            if any(event.reason in {"Created", "Recreated"} for event in result.events):
+            if any(event.reason in MADE for event in result.events):
                 memo.arrivals.announce(str(kind.stream_name(spec)))
             if result.outcome.ready and not settings.read_only:
                 purge = await stream_handlers.purge_if_asked(
@@ -416,9 +419,6 @@ def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | No
     return consumer_stream(tracked, memo.streams)
 
 
-CONSUMER_MADE = frozenset({"Created", "Recreated"})
-
-
 async def _recount_stream(
     memo: kopf.Memo, owner: Owner, spec: kopf.Spec, stream: str, jetstream: JetStreamApi
 ) -> None:
@@ -457,7 +457,7 @@ async def reconcile_consumer(
             stream_arrival=stream_arrival,
             history=history,
         )
-        if stream and any(event.reason in CONSUMER_MADE for event in result.events):
+        if stream and any(event.reason in MADE for event in result.events):
             await _recount_stream(memo, owner, spec, stream, jetstream)
         return result
 
