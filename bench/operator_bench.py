@@ -1134,7 +1134,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", type=int, nargs="*", default=[100, 1000])
-    parser.add_argument("--idle-size", type=int, default=1000)
+    parser.add_argument(
+        "--idle-size", type=int, default=1000, help="one of --sizes, or 0 for no idle part"
+    )
     parser.add_argument("--idle-seconds", type=float, default=120)
     parser.add_argument(
         "--kind-count", type=int, default=20, help="R3 and R1 streams on a connection"
@@ -1167,8 +1169,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     OPERATOR_ENV.update(pair.split("=", 1) for pair in args.operator_env)
-    if args.sizes and args.idle_size not in args.sizes:
-        parser.error("--idle-size must be one of --sizes")
+    if args.sizes and args.idle_size and args.idle_size not in args.sizes:
+        parser.error("--idle-size must be one of --sizes, or 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # runs the finally: blocks
     deadline_guard(args.deadline)
     rows = [run_size(size, args) for size in args.sizes]
