@@ -62,6 +62,18 @@ RELEASE_ANNOTATION = f"{GROUP}/release-finalizer"
 """Set to "true" on a resource being deleted to let it go without touching NATS (NATS gone)."""
 
 
+WORKER_IDLE_TIMEOUT = 0.1
+"""Seconds kopf keeps an object's worker after its last event (kopf's default is 5 s). Under
+a worker limit, that idle time holds a place another resource is queued for; without one,
+every idle worker still holds memory. Events that follow later start a new worker."""
+
+
+def tune_queueing(settings: kopf.OperatorSettings, workers: int) -> None:
+    """How many resources of a kind kopf handles at once, and how soon a worker lets go."""
+    settings.queueing.worker_limit = workers or None
+    settings.queueing.idle_timeout = WORKER_IDLE_TIMEOUT
+
+
 @kopf.on.login()
 def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
     """Replaces kopf's default login, which goes through the `kubernetes` client (~35 MiB)."""
@@ -83,6 +95,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     operator_settings = OperatorSettings()
+    tune_queueing(settings, operator_settings.workers)
     peering_check: PeeringCheck | None = None
     if operator_settings.peering:
         settings.peering.standalone = False

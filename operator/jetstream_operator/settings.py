@@ -58,6 +58,12 @@ class OperatorSettings(BaseSettings):
     """kopf peering name: replicas with the same name run active/standby (ClusterKopfPeering)."""
     priority: int = 0
     """This replica's peering priority; the highest live one is active, the others wait."""
+    workers: int = Field(default=0, ge=0)
+    """Resources of one kind handled at once per watch (one watch per kind, or per kind and
+    namespace when `namespaces` is set); 0 for no limit. A limit spreads a burst of new
+    resources over time, so the operator crowds others' API requests less. But a deletion that
+    waits for NATS keeps its place while it waits: as many blocked deletions hold up the rest
+    of their kind until NATS answers or their finalizers are released."""
     peering_lifetime: int = Field(default=60, ge=2)
     """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
