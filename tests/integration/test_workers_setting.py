@@ -23,7 +23,11 @@ async def test_one_worker_per_kind_settles_and_deletes(
 ) -> None:
     prefix = namespace.replace("-", "_").upper()
     names = [f"pair-{index}" for index in range(PAIRS)]
-    with operator_variant(operator_process, JETSTREAM_OPERATOR_WORKERS="1"):
+    # Only this namespace: earlier tests' resources (some of them deletions blocked for good
+    # on purpose) would otherwise queue for the same single place.
+    with operator_variant(
+        operator_process, JETSTREAM_OPERATOR_WORKERS="1", JETSTREAM_OPERATOR_NAMESPACES=namespace
+    ):
         for index, name in enumerate(names):
             resources.create(
                 "consumers",
