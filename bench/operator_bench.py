@@ -661,6 +661,12 @@ def idle_kinds(bench: Bench, count: int) -> list[ObjectWatch]:
     return watches
 
 
+def idle_resources(size: int, kind_count: int) -> int:
+    """Resources in place during the idle measure: N streams and N consumers, plus
+    `idle_kinds`' streams, their consumers, buckets, stores and the connection."""
+    return 2 * size + 2 * kind_count + 2 * kind_count + 2 * kind_count + 1
+
+
 def idle_cost(
     bench: Bench, seconds: float, watches: list[ObjectWatch], audit: ApiAudit
 ) -> dict[str, Any]:
@@ -1054,7 +1060,9 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             + (", ".join(f"{k} {v:.1f}" for k, v in sorted(idle["kind_changes"].items())) or "none")
             + f"; fields changed: {breakdown(Counter(idle['changed_fields']))}",
             f"- JetStream API requests (audit advisories) per {RESYNC_INTERVAL:.0f} s resync: "
-            f"{idle['nats_per_resync']:.1f} (N/256 = {idle_row['size'] / 256:.1f}); "
+            f"{idle['nats_per_resync']:.1f} (1 per 256 resources = "
+            f"{idle_resources(idle_row['size'], args.kind_count) / 256:.1f}; N/256 = "
+            f"{idle_row['size'] / 256:.1f}); "
             f"by request: {idle['nats_requests']}",
             "- the operator's own count, per minute: "
             + (

@@ -113,6 +113,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.consumers = ResourceRegistry()
     memo.arrivals = StreamArrivals()
     memo.natsconnections = ResourceRegistry()
+    memo.connection_probed = {}
     memo.failures = FailureMemories(
         lambda: FailureMemory(
             base_delay=operator_settings.retry_base_delay,
@@ -530,18 +531,40 @@ async def remember_connection(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -
     memo.natsconnections.observe(event.get("type"), event.get("object") or {})
 
 
-async def _check_connection(memo: kopf.Memo, spec: kopf.Spec, namespace: str, name: str) -> Result:
+async def _check_connection(
+    memo: kopf.Memo, spec: kopf.Spec, namespace: str, name: str, *, recheck: bool = False
+) -> Result | None:
     """Connect with the connection's current Secrets; switch users over when they changed.
+    A `recheck` that finds nothing to ask JetStream (see `probe_due`) returns None.
 
     A working connection holds its Secrets with a finalizer, so the Streams and Consumers that
     use it can still be deleted in NATS after a namespace deletion removed everything at once."""
-    result, target = await connection_handlers.check(spec, namespace, name, memo.secrets, memo.pool)
-    if target is not None:
-        for secret in connection_handlers.secret_names(spec):
-            await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
-        # A failed check keeps the last working target: during an outage its drift watcher
-        # goes on trying and shows the outage on the resources, and comes back by itself.
-        await _switch_connection(memo, (namespace, name), target)
+    key = (namespace, name)
+    probed: dict[tuple[str, str], float] = memo.connection_probed
+    target = await connection_handlers.target_of(spec, namespace, name, memo.secrets)
+    if isinstance(target, Result):
+        probed.pop(key, None)
+        return target
+    settings: OperatorSettings = memo.settings
+    if recheck and not connection_handlers.probe_due(
+        target,
+        working=memo.directory.known().get(key),
+        connected=memo.pool.is_connected(target),
+        probed_at=probed.get(key),
+        now=time.monotonic(),
+        refresh=max(settings.connection_check_interval, settings.status_interval),
+    ):
+        return None
+    result = await connection_handlers.probe(target, memo.pool)
+    if not result.outcome.ready:
+        # The last working target stays: during an outage its drift watcher goes on trying
+        # and shows the outage on the resources, and comes back by itself.
+        probed.pop(key, None)
+        return result
+    probed[key] = time.monotonic()
+    for secret in connection_handlers.secret_names(spec):
+        await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
+    await _switch_connection(memo, key, target)
     return result
 
 
@@ -583,6 +606,7 @@ async def reconcile_connection(
 ) -> None:
     started = time.perf_counter()
     result = await _check_connection(memo, spec, namespace or "", name or "")
+    assert result is not None  # only a recheck may find nothing to ask
     dropped = connection_handlers.secret_names((old or {}).get("spec") or {}) - (
         connection_handlers.secret_names(spec)
     )
@@ -619,7 +643,11 @@ async def recheck_connection(
         tracked = memo.natsconnections.named(namespace or "", name or "")
         if tracked is None or tracked.deleting:
             continue
-        result = await _check_connection(memo, tracked.spec, namespace or "", name or "")
+        result = await _check_connection(
+            memo, tracked.spec, namespace or "", name or "", recheck=True
+        )
+        if result is None:
+            continue
         patch = status_patch(tracked, result, memo.budget)
         if patch is not None:
             await memo.writer.patch_status(
@@ -658,6 +686,7 @@ async def finalize_connection(
         )
     else:
         await _switch_connection(memo, (namespace, name), None)
+        memo.connection_probed.pop((namespace, name), None)
         await _release_secrets(
             memo, namespace, connection_handlers.secret_names(spec), leaving=name
         )

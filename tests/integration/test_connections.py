@@ -4,6 +4,7 @@ a restart."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.natsauth import OperatorMode, new_identity, operator_mode
 
+from .conftest import operator_variant
+from .figures import ApiAudit
 from .helpers import Resources, condition, eventually, is_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -385,6 +388,51 @@ async def test_wrong_password_is_explained_and_fixing_the_secret_heals(
     put_secret(api_client, namespace, "typo", {"username": "alice", "password": ALICE_PASSWORD})
     await eventually(lambda: ready(resources, "natsconnections", "typo"), timeout=40)
     await eventually(lambda: ready(resources, "streams", "waiting"), timeout=60)
+
+
+async def test_recheck_asks_jetstream_only_when_something_changed(
+    operator_process: Any,
+    resources: Resources,
+    api_client: client.ApiClient,
+    namespace: str,
+    accounts_nats: NatsServer,
+) -> None:
+    """Secrets re-read every second, account usage due once a minute: a steady connection
+    costs no JetStream request, and a rotated password still takes effect within seconds."""
+    put_secret(api_client, namespace, "steady", {"username": "alice", "password": ALICE_PASSWORD})
+    watcher = await nats.connect(accounts_nats.url, user="alice", password=ALICE_PASSWORD)
+    # Only this namespace, so no other test's connection asks account A anything.
+    with operator_variant(
+        operator_process,
+        JETSTREAM_OPERATOR_NAMESPACES=namespace,
+        JETSTREAM_OPERATOR_CONNECTION_CHECK_INTERVAL="1",
+        JETSTREAM_OPERATOR_STATUS_INTERVAL="60",
+    ):
+        try:
+            resources.create(
+                "natsconnections",
+                connection("steady", [accounts_nats.url], userPassword={"secretName": "steady"}),
+            )
+            await eventually(lambda: ready(resources, "natsconnections", "steady"), timeout=30)
+            audit = await ApiAudit().start(watcher)
+            await asyncio.sleep(6)  # six rechecks
+            await watcher.flush()
+            await audit.stop()
+            assert audit.count("INFO") == 0, audit.subjects
+
+            put_secret(api_client, namespace, "steady", {"username": "alice", "password": "no"})
+
+            async def auth_failed() -> bool:
+                found = condition(resources.get("natsconnections", "steady"))
+                return found.get("reason") == "AuthFailed"
+
+            await eventually(auth_failed, timeout=10)
+            put_secret(
+                api_client, namespace, "steady", {"username": "alice", "password": ALICE_PASSWORD}
+            )
+            await eventually(lambda: ready(resources, "natsconnections", "steady"), timeout=10)
+        finally:
+            await watcher.close()
 
 
 def test_no_secret_value_reaches_logs_events_or_status(

@@ -21,6 +21,14 @@ def api_prefix(spec: NatsConnectionSpec) -> str:
     return spec.api_prefix or "$JS.API"
 
 
+def domain_of(prefix: str) -> str | None:
+    """The JetStream domain an API prefix addresses (`$JS.<domain>.API`), if any."""
+    parts = prefix.split(".")
+    if len(parts) == 3 and parts[0] == "$JS" and parts[2] == "API":
+        return parts[1]
+    return None
+
+
 def secret_names(spec_body: Mapping[str, Any]) -> set[str]:
     """The Secrets a NatsConnection spec reads; none when the spec is invalid."""
     try:
@@ -81,38 +89,57 @@ def account_usage(info: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def check(
-    spec_body: Mapping[str, Any],
-    namespace: str,
-    name: str,
-    secrets: SecretReader,
-    pool: ConnectionPool,
-) -> tuple[Result, ConnectionTarget | None]:
-    """Connect with the resource's settings and report what JetStream says about the account."""
+async def target_of(
+    spec_body: Mapping[str, Any], namespace: str, name: str, secrets: SecretReader
+) -> ConnectionTarget | Result:
+    """The target the resource describes with its Secrets' current contents, or the Result
+    saying why there is none."""
     try:
         spec = NatsConnectionSpec.model_validate(dict(spec_body))
     except ValidationError as error:
         outcome = Outcome(False, "InvalidSpec", validation_message(error), stalled=True)
-        return Result(outcome), None
+        return Result(outcome)
     try:
-        target = await resolve(spec, namespace, name, secrets)
+        return await resolve(spec, namespace, name, secrets)
     except SecretProblem as error:
-        return Result(Outcome(False, "SecretProblem", str(error), stalled=True), retry=True), None
+        return Result(Outcome(False, "SecretProblem", str(error), stalled=True), retry=True)
+
+
+def probe_due(
+    target: ConnectionTarget,
+    working: ConnectionTarget | None,
+    connected: bool,
+    probed_at: float | None,
+    now: float,
+    refresh: float,
+) -> bool:
+    """Whether a recheck asks JetStream again. Secrets are re-read every few seconds so a
+    rotation takes effect quickly, but the account request is only needed when the target
+    changed, the pooled connection is down, the last check failed (no `probed_at`), or the
+    account usage in status is due for a refresh; otherwise each connection would cost a
+    JetStream request every few seconds for nothing."""
+    if target != working or not connected or probed_at is None:
+        return True
+    return now - probed_at >= refresh
+
+
+async def probe(target: ConnectionTarget, pool: ConnectionPool) -> Result:
+    """Connect (or reuse the pooled connection) and report what JetStream says of the account."""
     try:
         connection = await pool.connection(target)
         jetstream = await pool.jetstream(target)
         info = await jetstream.request("INFO")
     except ConnectFailure as error:
-        return Result(Outcome(False, error.reason, str(error), stalled=True), retry=True), None
+        return Result(Outcome(False, error.reason, str(error), stalled=True), retry=True)
     except JetStreamUnavailable as error:
         message = (
             f"connected, but JetStream did not answer under {target.api_prefix}: is JetStream "
             f"enabled for this account (and the domain right)? ({error})"
         )
-        return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True), None
+        return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True)
     except JetStreamError as error:
         message = f"JetStream refused the account information request: {error.description}"
-        return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True), None
+        return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True)
     server = getattr(connection, "_server_info", {}) or {}
     # Which server of a cluster answered changes with every reconnect and restart: status names
     # the cluster, so an operator restart writes nothing for a connection in sync.
@@ -120,8 +147,23 @@ async def check(
     status = {
         "serverVersion": server.get("version"),
         "cluster": cluster,
-        "jetstreamDomain": info.get("domain") or spec.js_domain,
+        "jetstreamDomain": info.get("domain") or domain_of(target.api_prefix),
         "account": account_usage(info),
     }
     message = f"connected to {f'cluster {cluster}' if cluster else 'NATS'}; JetStream answers"
-    return Result(Outcome(True, "Connected", message), status=status), target
+    return Result(Outcome(True, "Connected", message), status=status)
+
+
+async def check(
+    spec_body: Mapping[str, Any],
+    namespace: str,
+    name: str,
+    secrets: SecretReader,
+    pool: ConnectionPool,
+) -> tuple[Result, ConnectionTarget | None]:
+    """The whole check; the target only when it works."""
+    target = await target_of(spec_body, namespace, name, secrets)
+    if isinstance(target, Result):
+        return target, None
+    result = await probe(target, pool)
+    return result, (target if result.outcome.ready else None)
