@@ -33,7 +33,7 @@ from .handlers.registry import (
 from .handlers.results import Result, deletion_blocked, paused, released, unavailable
 from .handlers.status_writes import StatusBudget, status_changes, status_patch
 from .k8s.client import KubeApi
-from .k8s.login import credentials
+from .k8s.login import credentials, limited_session
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
@@ -75,9 +75,14 @@ def tune_queueing(settings: kopf.OperatorSettings, workers: int) -> None:
 
 
 @kopf.on.login()
-def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
-    """Replaces kopf's default login, which goes through the `kubernetes` client (~35 MiB)."""
-    return credentials(settings)
+async def login(
+    settings: kopf.OperatorSettings, **_: Any
+) -> kopf.ConnectionInfo | kopf.AiohttpSession:
+    """Replaces kopf's default login, which goes through the `kubernetes` client (~35 MiB).
+    Async: a session limiting requests belongs to the operator's event loop."""
+    info = credentials(settings)
+    limit = OperatorSettings().kube_requests
+    return limited_session(info, limit) if limit else info
 
 
 @kopf.on.startup()

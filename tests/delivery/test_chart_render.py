@@ -300,7 +300,7 @@ def test_every_operator_variable_is_an_operator_setting(helm: Helm) -> None:
     fields = {prefix + field.upper() for field in OperatorSettings.model_fields}
     settings = {
         "NATS_URL", "NAMESPACES", "RESYNC_INTERVAL", "CONSUMER_RESYNC_INTERVAL", "READ_ONLY",
-        "CONSUMER_IDLE_RESYNC_INTERVAL", "WORKERS",
+        "CONSUMER_IDLE_RESYNC_INTERVAL", "WORKERS", "KUBE_REQUESTS",
         "STATUS_INTERVAL", "STATUS_WRITES_PER_SECOND", "EVENTS",
         "ADVISORIES",
         "REQUIRE_CONNECTION_REF", "LOG_FORMAT", "NATS_CREDS_FILE", "NATS_TLS_CA",

@@ -7,11 +7,14 @@ requests (k8s/client.py) use the same credentials.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
+import aiohttp
 import kopf
+from aiohttp.client_middlewares import ClientHandlerType
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -52,3 +55,40 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
     if info is None:
         raise kopf.LoginError("neither a service account token nor a kubeconfig was found")
     return info
+
+
+class RequestLimit:
+    """At most `limit` of kopf's API requests in flight at once, watches aside (a watch holds
+    its request open for minutes and must never wait behind the others).
+
+    kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
+    patches, and the API server serves them before the user's own applies."""
+
+    def __init__(self, limit: int) -> None:
+        self._slots = asyncio.Semaphore(limit)
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        if request.url.query.get("watch") in ("true", "1"):
+            return await handler(request)
+        async with self._slots:
+            return await handler(request)
+
+
+def limited_session(info: kopf.ConnectionInfo, limit: int) -> kopf.AiohttpSession:
+    """kopf's session as kopf would make it from `info`, with a RequestLimit."""
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
+        headers=info.as_http_headers(),
+        proxy=info.proxy_url,
+        trust_env=info.trust_env,
+        middlewares=(RequestLimit(limit),),
+    )
+    return kopf.AiohttpSession(
+        aiohttp_session=session,
+        server=info.server,
+        default_namespace=info.default_namespace,
+        priority=info.priority,
+        expiration=info.expiration,
+    )
