@@ -1,8 +1,11 @@
-"""JETSTREAM_OPERATOR_WORKERS=1: one resource of each kind handled at a time still settles.
+"""The settings that make the operator take a burst slowly still let everything settle.
 
-Consumers created before their streams wait for them inside their handler, holding the only
-place of their kind; streams have places of their own, so everything becomes Ready, every
-stream counts its consumer, and deletion completes."""
+JETSTREAM_OPERATOR_WORKERS=1: consumers created before their streams wait for them inside
+their handler, holding the only place of their kind; streams have places of their own, so
+everything becomes Ready, every stream counts its consumer, and deletion completes.
+
+JETSTREAM_OPERATOR_KUBE_REQUESTS=1: every request kopf makes (finalizers, its status, peering)
+waits for one place, while its watches run beside them; the same must hold."""
 
 from __future__ import annotations
 
@@ -18,16 +21,17 @@ pytestmark = [pytest.mark.integration]
 PAIRS = 4
 
 
-async def test_one_worker_per_kind_settles_and_deletes(
-    operator_process: OperatorProcess, resources: Resources, namespace: str
+@pytest.mark.parametrize(
+    "setting", [{"JETSTREAM_OPERATOR_WORKERS": "1"}, {"JETSTREAM_OPERATOR_KUBE_REQUESTS": "1"}]
+)
+async def test_one_place_settles_and_deletes(
+    operator_process: OperatorProcess, resources: Resources, namespace: str, setting: dict[str, str]
 ) -> None:
     prefix = namespace.replace("-", "_").upper()
     names = [f"pair-{index}" for index in range(PAIRS)]
     # Only this namespace: earlier tests' resources (some of them deletions blocked for good
     # on purpose) would otherwise queue for the same single place.
-    with operator_variant(
-        operator_process, JETSTREAM_OPERATOR_WORKERS="1", JETSTREAM_OPERATOR_NAMESPACES=namespace
-    ):
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_NAMESPACES=namespace, **setting):
         for index, name in enumerate(names):
             resources.create(
                 "consumers",
