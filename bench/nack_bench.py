@@ -44,13 +44,13 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.paths import LOOPBACK, free_port
 from jetstream_operator.devenv.processes import tail
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
+import identities  # noqa: E402
 from operator_bench import (  # noqa: E402
     RESYNC_INTERVAL,
     ApiAudit,
@@ -195,11 +195,12 @@ class NackProcess:
 
 
 class Bench:
-    def __init__(self, workdir: Path, nack: Nack, mode: str) -> None:
+    def __init__(self, workdir: Path, nack: Nack, mode: str, identity_mode: str = "admin") -> None:
         self.workdir = workdir
         self.nack = nack
         self.mode = mode
-        self.plane = ControlPlane(workdir / "cp")
+        self.identity_mode = identity_mode
+        self.plane = identities.control_plane(workdir / "cp", identity_mode)
         self.nats = NatsServer(workdir / "nats")
         self.controller: NackProcess | None = None
 
@@ -212,8 +213,16 @@ class Bench:
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
         self.apply_crds()
-        argv = self.nack.argv(self.plane.kubeconfig, self.nats.url, self.mode, self.workdir)
-        self.controller = NackProcess(argv, self.workdir / "nack", self.plane.kubeconfig)
+        self.identities = identities.identities(self.plane, self.api, self.identity_mode)
+        self.applier = client.CustomObjectsApi(
+            config.new_client_from_config(str(self.identities.applier))  # type: ignore[no-untyped-call]
+        )
+        self.as_controller = client.CustomObjectsApi(
+            config.new_client_from_config(str(self.identities.controller))  # type: ignore[no-untyped-call]
+        )
+        kubeconfig = self.identities.controller
+        argv = self.nack.argv(kubeconfig, self.nats.url, self.mode, self.workdir)
+        self.controller = NackProcess(argv, self.workdir / "nack", kubeconfig)
         self.controller.start()
         time.sleep(2)  # no health endpoint in legacy mode: just make sure it did not die at once
         self.controller.check()
@@ -259,8 +268,10 @@ class Bench:
         return name
 
     def create_many(self, namespace: str, plural: str, bodies: list[dict[str, Any]]) -> None:
+        """As the user would: the applier identity, 8 at a time."""
+
         def create(body: dict[str, Any]) -> None:
-            self.objects.create_namespaced_custom_object(
+            self.applier.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
             )
 
@@ -359,7 +370,9 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
     apply_namespace = bench.namespace(f"apply-only-{size}")
     row["apply"] = bench.apply_all(apply_namespace, size, f"A{size}")
-    row["patches"] = floor_status_patches(bench.objects, apply_namespace, size, GROUP, VERSION)
+    row["patches"] = floor_status_patches(
+        bench.as_controller, apply_namespace, size, GROUP, VERSION
+    )
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
     row["apply_slowdown"] = row["created"] / row["apply"]
@@ -369,7 +382,7 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
 def run_one(nack: Nack, mode: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
     """A fresh control plane and nats-server for every size, so sizes do not affect each other."""
     with tempfile.TemporaryDirectory(prefix=f"nack-bench-{mode}-{size}-") as directory:
-        bench = Bench(Path(directory), nack, mode)
+        bench = Bench(Path(directory), nack, mode, args.identities)
         try:
             bench.start()
             return measure(bench, size, args, idle=size == args.sizes[-1])
@@ -484,6 +497,7 @@ def main() -> int:
     parser.add_argument("--nack-drift-timeout", type=float, default=90)
     parser.add_argument("--deadline", type=float, default=4 * 3600, help="seconds for everything")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the .md goes")
+    parser.add_argument("--identities", choices=identities.MODES, default="admin")
     args = parser.parse_args()
     if args.nack_bin is None:
         parser.error("--nack-bin (or NACK_BIN) is required: see docs/benchmarks.md")

@@ -39,13 +39,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import identities
 import nats
 from kubernetes import client, config, watch
 
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import all_crds
-from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.figures import apiserver_writes as served_writes
+from jetstream_operator.devenv.figures import flow_control_waits
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
@@ -295,9 +296,12 @@ def watching(watches: list[ObjectWatch]) -> Iterator[list[ObjectWatch]]:
 
 
 class Bench:
+    identity_mode = "admin"
+    """identities.MODES: every bench of a run uses the same (--identities)."""
+
     def __init__(self, workdir: Path, cluster: bool = False) -> None:
         self.workdir = workdir
-        self.plane = ControlPlane(workdir / "cp")
+        self.plane = identities.control_plane(workdir / "cp", self.identity_mode)
         self.nats = NatsServer(workdir / "nats")
         self.cluster = NatsCluster(workdir / "cluster") if cluster else None
         self.operators: list[OperatorProcess] = []
@@ -325,6 +329,13 @@ class Bench:
         apply_crds(self.api, all_crds())
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
+        self.identities = identities.identities(self.plane, self.api, self.identity_mode)
+        self.applier = client.CustomObjectsApi(
+            config.new_client_from_config(str(self.identities.applier))  # type: ignore[no-untyped-call]
+        )
+        self.as_controller = client.CustomObjectsApi(
+            config.new_client_from_config(str(self.identities.controller))  # type: ignore[no-untyped-call]
+        )
         for index, selection in enumerate(namespaces or [""]):
             env = {**OPERATOR_ENV, **(extra_env or {})}
             if index == 0:
@@ -332,7 +343,7 @@ class Bench:
             if selection:
                 env["JETSTREAM_OPERATOR_NAMESPACES"] = selection
             operator = OperatorProcess(
-                self.plane.kubeconfig,
+                self.identities.controller,
                 self.nats.url,
                 self.workdir / f"operator-{index}.log",
                 extra_env=env,
@@ -354,8 +365,10 @@ class Bench:
         return name
 
     def create_many(self, namespace: str, plural: str, bodies: list[dict[str, Any]]) -> None:
+        """As the user would: the applier identity, 8 at a time."""
+
         def create(body: dict[str, Any]) -> None:
-            self.objects.create_namespaced_custom_object(
+            self.applier.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
             )
 
@@ -385,11 +398,47 @@ class Bench:
                 counts[operation] = int(float(line.rsplit(" ", 1)[1]))
         return counts
 
+    def cpu_seconds(self) -> Counter[str]:
+        """CPU time used so far by each process of the run, this benchmark's own included (its
+        applier and watch threads share the machine too)."""
+        pids = {record.name: record.pid for record in self.plane.records()}
+        pids["nats-server"] = self.nats.record().pid
+        pids["benchmark"] = os.getpid()
+        for index, operator in enumerate(self.operators):
+            if operator.pid is not None:
+                pids[f"operator-{index}" if index else "operator"] = operator.pid
+        return Counter({name: process_cpu_seconds(pid) for name, pid in pids.items()})
+
+    def flow_control(self) -> dict[str, tuple[float, int]]:
+        return flow_control_waits(self.plane.url, self.plane.ssl_context())
+
     def operator_rss_mib(self) -> float:
         return sum(rss_mib(each.pid) for each in self.operators)
 
     def nats_urls(self) -> list[str]:
         return [self.nats.url, *(self.cluster.urls[:1] if self.cluster else [])]
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` and its waited-for children, 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def flow_control_delta(
+    before: dict[str, tuple[float, int]], after: dict[str, tuple[float, int]]
+) -> dict[str, tuple[float, int]]:
+    """Per priority level: (mean queue wait in ms, requests) between two readings."""
+    delta = {}
+    for level, (seconds, count) in after.items():
+        seconds -= before.get(level, (0.0, 0))[0]
+        count -= before.get(level, (0.0, 0))[1]
+        if count:
+            delta[level] = (1000 * seconds / count, count)
+    return delta
 
 
 def rss_mib(pid: int | None) -> float:
@@ -523,6 +572,7 @@ def convergence(
     watches = [bench.watch(ns, plural) for ns in namespaces for plural in ("streams", "consumers")]
     with watching(watches):
         writes_before = bench.writes()
+        cpu_before, waits_before = bench.cpu_seconds(), bench.flow_control()
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(namespaces)) as pool:
             list(
@@ -549,6 +599,8 @@ def convergence(
         )
         wall = last_ready - t0
         writes_at_ready = bench.writes()
+        cpu = bench.cpu_seconds() - cpu_before
+        waits = flow_control_delta(waits_before, bench.flow_control())
         rss = bench.operator_rss_mib()
         incomplete = incomplete_streams(bench, namespaces)
         for each in watches:
@@ -565,6 +617,8 @@ def convergence(
         "created": created,
         "rss": rss,
         "writes_converging": dict(writes_at_ready - writes_before),
+        "cpu_converging": dict(cpu),
+        "flow_control_converging": waits,
         "status_incomplete": incomplete,
         "late_changes": sum(sum(each.changes.values()) for each in watches),
         "late_fields": dict(sum((each.fields for each in watches), Counter())),
@@ -600,7 +654,7 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
     row["apply"] = time_apply(
         lambda plural, _prefix, bodies: bench.create_many(namespace, plural, bodies), size
     )
-    row["patches"] = floor_status_patches(bench.objects, namespace, size)
+    row["patches"] = floor_status_patches(bench.as_controller, namespace, size)
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
     row["ratio_with_apply"] = row["wall"] / (row["floor"] + row["apply"])
@@ -1035,13 +1089,28 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
         f"fields changed after the last Ready: {breakdown(Counter(row['late_fields']))}"
         for row in rows
     ]
+    lines += [
+        f"- N={row['size']} ({row.get('label', 'operator')}), CPU seconds while converging: "
+        + ", ".join(f"{name} {seconds:.1f}" for name, seconds in row["cpu_converging"].items())
+        + (
+            "; flow control, mean queue wait (ms) / requests by priority level: "
+            + ", ".join(
+                f"{level} {wait:.1f} / {count}"
+                for level, (wait, count) in sorted(row["flow_control_converging"].items())
+            )
+            if row.get("flow_control_converging")
+            else ""
+        )
+        for row in rows
+        if "cpu_converging" in row
+    ]
     return lines
 
 
 def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Namespace) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in sorted(OPERATOR_ENV.items())) or "defaults"
     lines = [
-        f"Machine: {machine()}; operator settings: {settings}",
+        f"Machine: {machine()}; operator settings: {settings}; identities: {Bench.identity_mode}",
         "",
         *(convergence_table(rows) if rows else []),
     ]
@@ -1169,6 +1238,12 @@ def main() -> int:
     parser.add_argument("--nack-drift-timeout", type=float, default=90)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per convergence")
     parser.add_argument(
+        "--identities",
+        choices=identities.MODES,
+        default="admin",
+        help="workload: flow control on, controllers as a ServiceAccount, applies as a user",
+    )
+    parser.add_argument(
         "--operator-env",
         action="append",
         default=[],
@@ -1177,6 +1252,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     OPERATOR_ENV.update(pair.split("=", 1) for pair in args.operator_env)
+    Bench.identity_mode = args.identities
     if args.sizes and args.idle_size and args.idle_size not in args.sizes:
         parser.error("--idle-size must be one of --sizes, or 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # runs the finally: blocks

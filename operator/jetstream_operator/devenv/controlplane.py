@@ -58,8 +58,12 @@ class ControlPlane:
         controllers: Sequence[str] = DEFAULT_CONTROLLERS,
         *,
         node_address: str | None = None,
+        flow_control: bool = False,
     ) -> None:
         """With `node_address` (an address the project made, see `node.py`) it serves a node.
+
+        `flow_control` turns API Priority and Fairness on, as in a real cluster; it is off by
+        default for a faster start, since only the benchmark measures who waits for whom.
 
         The API server then listens on and advertises that address instead of loopback, so pods
         reach it through the `kubernetes` Service; the ServiceAccount admission plugin, the lease
@@ -67,6 +71,7 @@ class ControlPlane:
         """
         self.workdir = workdir.resolve()
         self.node_address = node_address
+        self.flow_control = flow_control
         self.address = node_address or LOOPBACK
         self.controllers = ("*",) if node_address else tuple(controllers)
         self.etcd_client_port = 0
@@ -270,8 +275,7 @@ class ControlPlane:
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--allow-privileged=true",
-            # Fewer moving parts and a faster start; flow control is not under test.
-            "--enable-priority-and-fairness=false",
+            f"--enable-priority-and-fairness={str(self.flow_control).lower()}",
             "--profiling=false",
         ]
         if self.node_address:
@@ -383,29 +387,29 @@ class ControlPlane:
 
     def write_kubeconfig(self, path: Path, client_cert: Path, client_key: Path) -> None:
         """A self-contained kubeconfig (embedded PEM data) for one client certificate."""
-        pki = self.pki
+        self._write_kubeconfig(
+            path,
+            {"client-certificate-data": _b64(client_cert), "client-key-data": _b64(client_key)},
+        )
 
-        def b64(path: Path) -> str:
-            return base64.b64encode(path.read_bytes()).decode()
+    def write_token_kubeconfig(self, path: Path, token: str) -> None:
+        """A kubeconfig for a bearer token, such as a ServiceAccount's from a TokenRequest."""
+        self._write_kubeconfig(path, {"token": token})
 
+    def _write_kubeconfig(self, path: Path, user: dict[str, str]) -> None:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {
                     "name": CONTEXT_NAME,
-                    "cluster": {"server": self.url, "certificate-authority-data": b64(pki.ca_cert)},
-                }
-            ],
-            "users": [
-                {
-                    "name": CONTEXT_NAME,
-                    "user": {
-                        "client-certificate-data": b64(client_cert),
-                        "client-key-data": b64(client_key),
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": _b64(self.pki.ca_cert),
                     },
                 }
             ],
+            "users": [{"name": CONTEXT_NAME, "user": user}],
             "contexts": [
                 {
                     "name": CONTEXT_NAME,
@@ -424,3 +428,7 @@ class ControlPlane:
         with os.fdopen(fd, "w") as handle:
             yaml.safe_dump(config, handle, sort_keys=False)
         os.replace(partial, path)
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()

@@ -40,3 +40,24 @@ def apiserver_writes(
             float(line.rsplit(" ", 1)[1])
         )
     return counts
+
+
+def flow_control_waits(url: str, context: ssl.SSLContext | None) -> dict[str, tuple[float, int]]:
+    """Seconds requests waited in API Priority and Fairness queues before they ran, and how many
+    ran, by priority level (`apiserver_flowcontrol_request_wait_duration_seconds`); empty when
+    flow control is off."""
+    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=30) as answer:
+        return parse_flow_control_waits(answer.read().decode())
+
+
+def parse_flow_control_waits(text: str) -> dict[str, tuple[float, int]]:
+    prefix = "apiserver_flowcontrol_request_wait_duration_seconds_"
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        for suffix, into in (("sum{", sums), ("count{", counts)):
+            if not line.startswith(prefix + suffix) or 'execute="true"' not in line:
+                continue
+            level = line.split('priority_level="', 1)[1].split('"', 1)[0]
+            into[level] = into.get(level, 0.0) + float(line.rsplit(" ", 1)[1])
+    return {level: (sums.get(level, 0.0), int(count)) for level, count in counts.items()}
