@@ -57,13 +57,17 @@ from operator_bench import (  # noqa: E402
     ObjectWatch,
     apiserver_writes,
     breakdown,
+    cpu_line,
     deadline_guard,
     drift_latency,
     floor_nats,
     floor_status_patches,
+    flow_control_delta,
+    flow_control_waits,
     foreground,
     machine,
     rss_mib,
+    servers_cpu_seconds,
     wait_ready,
     watching,
 )
@@ -290,6 +294,13 @@ class Bench:
     def writes(self) -> Counter[str]:
         return apiserver_writes(self.plane.url, self.plane.ssl_context())
 
+    def cpu_seconds(self) -> Counter[str]:
+        pid = self.controller.pid if self.controller else None
+        return servers_cpu_seconds(self.plane, self.nats, {"nack": pid})
+
+    def flow_control(self) -> dict[str, tuple[float, int]]:
+        return flow_control_waits(self.plane.url, self.plane.ssl_context())
+
 
 def stream_body(index: int, prefix: str) -> dict[str, Any]:
     name = f"{prefix}_{index}"
@@ -323,6 +334,7 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
     row: dict[str, Any] = {"mode": bench.mode, "size": size}
     with watching(watches):
         writes_before = bench.writes()
+        cpu_before, waits_before = bench.cpu_seconds(), bench.flow_control()
         started = time.monotonic()
         row["created"] = bench.apply_all(namespace, size, prefix)
         try:
@@ -331,6 +343,8 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
         except TimeoutError as error:
             row["converged"], row["wall"] = False, float("nan")
             row["not_converged"] = str(error)
+        row["cpu_converging"] = dict(bench.cpu_seconds() - cpu_before)
+        row["flow_control_converging"] = flow_control_delta(waits_before, bench.flow_control())
         bench.controller.check()
         row["writes_converging"] = dict(bench.writes() - writes_before)
         row["rss"] = rss_mib(bench.controller.pid)
@@ -444,6 +458,11 @@ def table(nack: Nack, rows: list[dict[str, Any]], args: argparse.Namespace) -> s
             f"{drift['deletions_repaired']}/{drift['samples']} recreated, "
             f"p50 {drift['delete_p50_ms']:.0f} ms",
         ]
+    lines += [""] + [
+        f"- NACK {row['mode']} N={row['size']}, {cpu_line(row)}"
+        for row in rows
+        if "cpu_converging" in row
+    ]
     lines += [
         f"- {row['mode']} N={row['size']}: first klog error: `{row['first_error']}`"
         for row in rows

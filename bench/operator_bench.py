@@ -45,6 +45,7 @@ from kubernetes import client, config, watch
 
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.figures import apiserver_writes as served_writes
 from jetstream_operator.devenv.figures import flow_control_waits
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
@@ -399,15 +400,11 @@ class Bench:
         return counts
 
     def cpu_seconds(self) -> Counter[str]:
-        """CPU time used so far by each process of the run, this benchmark's own included (its
-        applier and watch threads share the machine too)."""
-        pids = {record.name: record.pid for record in self.plane.records()}
-        pids["nats-server"] = self.nats.record().pid
-        pids["benchmark"] = os.getpid()
-        for index, operator in enumerate(self.operators):
-            if operator.pid is not None:
-                pids[f"operator-{index}" if index else "operator"] = operator.pid
-        return Counter({name: process_cpu_seconds(pid) for name, pid in pids.items()})
+        controllers = {
+            f"operator-{index}" if index else "operator": each.pid
+            for index, each in enumerate(self.operators)
+        }
+        return servers_cpu_seconds(self.plane, self.nats, controllers)
 
     def flow_control(self) -> dict[str, tuple[float, int]]:
         return flow_control_waits(self.plane.url, self.plane.ssl_context())
@@ -417,6 +414,18 @@ class Bench:
 
     def nats_urls(self) -> list[str]:
         return [self.nats.url, *(self.cluster.urls[:1] if self.cluster else [])]
+
+
+def servers_cpu_seconds(
+    plane: ControlPlane, nats_server: NatsServer, controllers: dict[str, int | None]
+) -> Counter[str]:
+    """CPU time used so far by each process of a run, the benchmark's own included (its applier
+    and watch threads share the machine too)."""
+    pids = {record.name: record.pid for record in plane.records()}
+    pids["nats-server"] = nats_server.record().pid
+    pids["benchmark"] = os.getpid()
+    pids.update((name, pid) for name, pid in controllers.items() if pid is not None)
+    return Counter({name: process_cpu_seconds(pid) for name, pid in pids.items()})
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -1090,21 +1099,24 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
         for row in rows
     ]
     lines += [
-        f"- N={row['size']} ({row.get('label', 'operator')}), CPU seconds while converging: "
-        + ", ".join(f"{name} {seconds:.1f}" for name, seconds in row["cpu_converging"].items())
-        + (
-            "; flow control, mean queue wait (ms) / requests by priority level: "
-            + ", ".join(
-                f"{level} {wait:.1f} / {count}"
-                for level, (wait, count) in sorted(row["flow_control_converging"].items())
-            )
-            if row.get("flow_control_converging")
-            else ""
-        )
+        f"- N={row['size']} ({row.get('label', 'operator')}), {cpu_line(row)}"
         for row in rows
         if "cpu_converging" in row
     ]
     return lines
+
+
+def cpu_line(row: dict[str, Any]) -> str:
+    """Each process's CPU seconds while converging, and flow control's queue waits if on."""
+    text = "CPU seconds while converging: " + ", ".join(
+        f"{name} {seconds:.1f}" for name, seconds in row["cpu_converging"].items()
+    )
+    waits = row.get("flow_control_converging")
+    if waits:
+        text += "; flow control, mean queue wait (ms) / requests by priority level: " + ", ".join(
+            f"{level} {wait:.1f} / {count}" for level, (wait, count) in sorted(waits.items())
+        )
+    return text
 
 
 def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Namespace) -> str:

@@ -81,8 +81,10 @@ async def login(
     """Replaces kopf's default login, which goes through the `kubernetes` client (~35 MiB).
     Async: a session limiting requests belongs to the operator's event loop."""
     info = credentials(settings)
-    limit = OperatorSettings().kube_requests
-    return limited_session(info, limit) if limit else info
+    ours = OperatorSettings()
+    if not ours.kube_requests:
+        return info
+    return limited_session(info, ours.kube_requests, ours.kube_requests_adaptive)
 
 
 @kopf.on.startup()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -44,6 +44,16 @@ NATS_REQUEST_ERRORS = Counter(
     "jetstream_operator_nats_request_errors",
     "JetStream API requests that failed, by operation and kind of failure.",
     ["operation", "error"],
+    registry=REGISTRY,
+)
+KUBE_REQUEST_LIMIT = Gauge(
+    "jetstream_operator_kube_requests_limit",
+    "kopf's Kubernetes API requests allowed in flight now (fewer while the API server is slow).",
+    registry=REGISTRY,
+)
+KUBE_REQUESTS_WAITING = Gauge(
+    "jetstream_operator_kube_requests_waiting",
+    "kopf's Kubernetes API requests waiting for a place under that limit.",
     registry=REGISTRY,
 )
 

@@ -58,19 +58,23 @@ class OperatorSettings(BaseSettings):
     """kopf peering name: replicas with the same name run active/standby (ClusterKopfPeering)."""
     priority: int = 0
     """This replica's peering priority; the highest live one is active, the others wait."""
-    workers: int = Field(default=0, ge=0)
+    workers: int = Field(default=128, ge=0)
     """Resources of one kind handled at once per watch (one watch per kind, or per kind and
-    namespace when `namespaces` is set); 0 for no limit. A limit spreads a burst of new
-    resources over time, so the operator crowds others' API requests less. But a deletion that
-    waits for NATS keeps its place while it waits: as many blocked deletions hold up the rest
-    of their kind until NATS answers or their finalizers are released."""
-    kube_requests: int = Field(default=0, ge=0)
-    """kopf's Kubernetes API requests in flight at once, watches aside (the operator's own
-    requests have 8 connections of their own); 0 for no limit. Without a limit, a burst of new
-    resources becomes hundreds of concurrent patches that the API server serves before the
-    user's own applies. With 8, those applies were slowed 1.9-3.4x instead of 6.5-8.5x, but the
-    burst waits inside the operator instead: at 10,000 new resources it took 31% longer and
-    451 MiB instead of 273 (benchmarks.md), so it is opt-in."""
+    namespace when `namespaces` is set); 0 for no limit. Beyond it, a burst of new resources
+    waits in the watch stream instead of in memory: with a request limit, 10,000 new resources
+    took 264 MiB with 128 and 451 MiB without (benchmarks.md). A deletion that waits for NATS
+    keeps its place while it waits, so 128 blocked deletions of one kind would hold up the
+    rest of that kind until NATS answers or their finalizers are released."""
+    kube_requests: int = Field(default=32, ge=0)
+    """At most this many of kopf's Kubernetes API requests in flight at once, watches aside
+    (the operator's own requests have 8 connections of their own); 0 for no limit. Without a
+    limit, a burst of new resources becomes hundreds of concurrent patches that an API server
+    short of CPU serves before the user's own applies (slowed 6.5-8.5x at 2,000 resources)."""
+    kube_requests_adaptive: bool = True
+    """Fewer than `kube_requests` in flight while the API server answers slowly, down to one
+    (k8s/login.py, AdaptiveLimit): it then spends its time on others' requests first. With it,
+    the user's applies beside 2,000 new resources were slowed 1.6x instead of 2.3-3.4x with a
+    fixed limit of 8 (benchmarks.md)."""
     peering_lifetime: int = Field(default=60, ge=2)
     """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

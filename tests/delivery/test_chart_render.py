@@ -301,6 +301,7 @@ def test_every_operator_variable_is_an_operator_setting(helm: Helm) -> None:
     settings = {
         "NATS_URL", "NAMESPACES", "RESYNC_INTERVAL", "CONSUMER_RESYNC_INTERVAL", "READ_ONLY",
         "CONSUMER_IDLE_RESYNC_INTERVAL", "WORKERS", "KUBE_REQUESTS",
+        "KUBE_REQUESTS_ADAPTIVE",
         "STATUS_INTERVAL", "STATUS_WRITES_PER_SECOND", "EVENTS",
         "ADVISORIES",
         "REQUIRE_CONNECTION_REF", "LOG_FORMAT", "NATS_CREDS_FILE", "NATS_TLS_CA",

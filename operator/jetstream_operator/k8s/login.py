@@ -8,13 +8,17 @@ requests (k8s/client.py) use the same credentials.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
 import kopf
 from aiohttp.client_middlewares import ClientHandlerType
+
+from ..metrics import KUBE_REQUEST_LIMIT, KUBE_REQUESTS_WAITING
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -57,33 +61,127 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
     return info
 
 
+class AdaptiveLimit:
+    """How many requests may be in flight, from how long the API server takes to answer.
+
+    An API server short of CPU answers everyone more slowly, the user's `kubectl apply` too;
+    fewer of our requests in flight then leave it more of its time. The limit grows by one for
+    every `limit` answers that came within `tolerance` times the fastest recent answer of their
+    kind, and falls by a quarter (once per `limit` answers) when one took longer. The fastest
+    answer is forgotten slowly (it doubles in `memory` seconds without a faster one), so a
+    server that is simply slower settles at a new normal.
+    """
+
+    def __init__(
+        self, most: int, least: int = 1, tolerance: float = 3.0, memory: float = 30.0
+    ) -> None:
+        self.most, self.least = most, least
+        self.tolerance = tolerance
+        self.decay = 2.0 ** (1.0 / memory)
+        self.limit = float(most)
+        self._fastest: dict[str, tuple[float, float]] = {}
+        self._answers_since_change = 0
+
+    def baseline(self, kind: str, now: float) -> float | None:
+        if kind not in self._fastest:
+            return None
+        fastest, at = self._fastest[kind]
+        return fastest * math.pow(self.decay, now - at)
+
+    def answered(self, kind: str, seconds: float, now: float) -> None:
+        baseline = self.baseline(kind, now)
+        if baseline is None or seconds < baseline:
+            self._fastest[kind] = (seconds, now)
+            baseline = seconds
+        self._answers_since_change += 1
+        if seconds > self.tolerance * baseline:
+            if self._answers_since_change >= self.limit:
+                self.limit = max(float(self.least), self.limit * 0.75)
+                self._answers_since_change = 0
+        elif self._answers_since_change >= self.limit:
+            self.limit = min(float(self.most), self.limit + 1)
+            self._answers_since_change = 0
+
+
 class RequestLimit:
     """At most `limit` of kopf's API requests in flight at once, watches aside (a watch holds
-    its request open for minutes and must never wait behind the others).
+    its request open for minutes and must never wait behind the others); with `adaptive`, fewer
+    while the API server answers slowly (AdaptiveLimit).
 
     kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
     patches, and the API server serves them before the user's own applies."""
 
-    def __init__(self, limit: int) -> None:
-        self._slots = asyncio.Semaphore(limit)
+    def __init__(self, limit: int, adaptive: bool = False) -> None:
+        self._capacity = AdaptiveLimit(limit) if adaptive else None
+        self._most = limit
+        self._in_flight = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        KUBE_REQUEST_LIMIT.set(limit)
+
+    @property
+    def limit(self) -> int:
+        return int(self._capacity.limit) if self._capacity else self._most
 
     async def __call__(
         self, request: aiohttp.ClientRequest, handler: ClientHandlerType
     ) -> aiohttp.ClientResponse:
         if request.url.query.get("watch") in ("true", "1"):
             return await handler(request)
-        async with self._slots:
+        await self._enter()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
             return await handler(request)
+        finally:
+            if self._capacity is not None:
+                status = request.url.path.endswith("/status")
+                kind = f"{request.method} status" if status else request.method
+                before = self.limit
+                self._capacity.answered(kind, loop.time() - started, loop.time())
+                if self.limit != before:
+                    KUBE_REQUEST_LIMIT.set(self.limit)
+            self._in_flight -= 1
+            self._admit()
+
+    async def _enter(self) -> None:
+        if self._in_flight < self.limit and not self._waiting:
+            self._in_flight += 1
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        KUBE_REQUESTS_WAITING.set(len(self._waiting))
+        try:
+            await turn  # _admit counts us in before it wakes us
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._in_flight -= 1
+                self._admit()
+            else:
+                self._waiting.remove(turn)
+                KUBE_REQUESTS_WAITING.set(len(self._waiting))
+            raise
+
+    def _admit(self) -> None:
+        """Wakes waiters in arrival order while there is room: one wake-up per place, not one
+        for every waiter on every answer (a burst queues thousands)."""
+        while self._waiting and self._in_flight < self.limit:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                self._in_flight += 1
+                turn.set_result(None)
+        KUBE_REQUESTS_WAITING.set(len(self._waiting))
 
 
-def limited_session(info: kopf.ConnectionInfo, limit: int) -> kopf.AiohttpSession:
+def limited_session(
+    info: kopf.ConnectionInfo, limit: int, adaptive: bool = False
+) -> kopf.AiohttpSession:
     """kopf's session as kopf would make it from `info`, with a RequestLimit."""
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
         proxy=info.proxy_url,
         trust_env=info.trust_env,
-        middlewares=(RequestLimit(limit),),
+        middlewares=(RequestLimit(limit, adaptive),),
     )
     return kopf.AiohttpSession(
         aiohttp_session=session,

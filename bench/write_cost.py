@@ -1,0 +1,133 @@
+"""kube-apiserver's CPU for one write on the Stream CRD, with and without its CEL rules.
+
+The operator's convergence is bound by the API server's CPU on a small machine (see
+docs/benchmarks.md), so what one write costs there is the figure to know: a create, a metadata
+patch (as kopf's finalizer) and a status patch, `--count` of each, 8 at a time, on a fresh
+control plane. The same CRD is served a second time under another group with every
+`x-kubernetes-validations` rule removed, to show what the rules cost.
+
+    .venv/bin/python bench/write_cost.py --count 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from operator_bench import RESULTS, machine, process_cpu_seconds
+
+from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.devenv.controlplane import ControlPlane
+from jetstream_operator.k8s.crds import apply_crds
+
+BARE_GROUP = "bare.bench.invalid"
+
+
+def without_rules(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: without_rules(v) for k, v in node.items() if k != "x-kubernetes-validations"}
+    if isinstance(node, list):
+        return [without_rules(v) for v in node]
+    return node
+
+
+def stream_crds() -> tuple[dict[str, Any], dict[str, Any]]:
+    stream = next(crd for crd in all_crds() if crd["spec"]["names"]["kind"] == "Stream")
+    bare = without_rules(copy.deepcopy(stream))
+    bare["spec"]["group"] = BARE_GROUP
+    bare["metadata"]["name"] = f"{bare['spec']['names']['plural']}.{BARE_GROUP}"
+    return stream, bare
+
+
+def timed(pid: int, work: Callable[[int], Any], items: Iterable[int]) -> tuple[float, float]:
+    """(wall seconds, kube-apiserver CPU seconds) for `work` over `items`, 8 at a time."""
+    cpu, started = process_cpu_seconds(pid), time.perf_counter()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(work, items))
+    return time.perf_counter() - started, process_cpu_seconds(pid) - cpu
+
+
+def measure(plane: ControlPlane, crd: dict[str, Any], count: int) -> dict[str, tuple[float, float]]:
+    objects = client.CustomObjectsApi(config.new_client_from_config(str(plane.kubeconfig)))  # type: ignore[no-untyped-call]
+    group, version = crd["spec"]["group"], crd["spec"]["versions"][0]["name"]
+    plural = crd["spec"]["names"]["plural"]
+    pid = next(record.pid for record in plane.records() if record.name == "kube-apiserver")
+
+    def create(i: int) -> None:
+        body = {
+            "apiVersion": f"{group}/{version}",
+            "kind": "Stream",
+            "metadata": {"name": f"s{i}"},
+            "spec": {"name": f"S{i}", "subjects": [f"s{i}.>"]},
+        }
+        objects.create_namespaced_custom_object(group, version, "default", plural, body)
+
+    def finalizer(i: int) -> None:
+        patch = {"metadata": {"finalizers": ["bench.invalid/finalizer"]}}
+        objects.patch_namespaced_custom_object(group, version, "default", plural, f"s{i}", patch)
+
+    def status(i: int) -> None:
+        condition = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Synced",
+            "message": "in sync",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+        patch = {"status": {"observedGeneration": 1, "conditions": [condition]}}
+        objects.patch_namespaced_custom_object_status(
+            group, version, "default", plural, f"s{i}", patch
+        )
+
+    create(count)  # the first object compiles the schema and rules; not counted
+    return {
+        "create": timed(pid, create, range(count)),
+        "metadata patch": timed(pid, finalizer, range(count)),
+        "status patch": timed(pid, status, range(count)),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--count", type=int, default=1000)
+    args = parser.parse_args()
+    stream, bare = stream_crds()
+    with tempfile.TemporaryDirectory(prefix="write-cost-") as directory:
+        plane = ControlPlane(Path(directory) / "cp")
+        plane.start()
+        try:
+            api = config.new_client_from_config(str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+            apply_crds(api, [stream, bare])
+            results = {
+                label: measure(plane, crd, args.count)
+                for label, crd in (("with CEL rules", stream), ("without", bare))
+            }
+        finally:
+            plane.stop()
+    lines = [
+        f"Machine: {machine()}",
+        "",
+        f"| {args.count} of each, 8 at a time | kube-apiserver CPU per write (ms) | wall (s) |",
+        "|---|---|---|",
+    ]
+    for label, rows in results.items():
+        for write, (wall, cpu) in rows.items():
+            lines.append(f"| {write}, {label} | {1000 * cpu / args.count:.1f} | {wall:.1f} |")
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"write-cost-{datetime.now(UTC):%Y%m%d-%H%M}.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
