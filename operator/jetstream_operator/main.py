@@ -547,28 +547,33 @@ async def _check_connection(
     A working connection holds its Secrets with a finalizer, so the Streams and Consumers that
     use it can still be deleted in NATS after a namespace deletion removed everything at once."""
     key = (namespace, name)
-    probed: dict[tuple[str, str], float] = memo.connection_probed
+    # When each connection last asked JetStream, and the pool's count of account changes then.
+    probed: dict[tuple[str, str], tuple[float, int]] = memo.connection_probed
     target = await connection_handlers.target_of(spec, namespace, name, memo.secrets)
     if isinstance(target, Result):
         probed.pop(key, None)
         return target
     settings: OperatorSettings = memo.settings
+    pool: ConnectionPool = memo.pool
+    changes = pool.account_changes(target)
+    probed_at, changes_then = probed.get(key, (None, changes))
     if recheck and not connection_handlers.probe_due(
         target,
         working=memo.directory.known().get(key),
-        connected=memo.pool.is_connected(target),
-        probed_at=probed.get(key),
+        connected=pool.is_connected(target),
+        probed_at=probed_at,
         now=time.monotonic(),
         refresh=max(settings.connection_check_interval, settings.status_interval),
+        account_changed=changes != changes_then,
     ):
         return None
-    result = await connection_handlers.probe(target, memo.pool)
+    result = await connection_handlers.probe(target, pool)
     if not result.outcome.ready:
         # The last working target stays: during an outage its drift watcher goes on trying
         # and shows the outage on the resources, and comes back by itself.
         probed.pop(key, None)
         return result
-    probed[key] = time.monotonic()
+    probed[key] = (time.monotonic(), changes)
     for secret in connection_handlers.secret_names(spec):
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
     await _switch_connection(memo, key, target)

@@ -398,7 +398,8 @@ async def test_recheck_asks_jetstream_only_when_something_changed(
     accounts_nats: NatsServer,
 ) -> None:
     """Secrets re-read every second, account usage due once a minute: a steady connection
-    costs no JetStream request, and a rotated password still takes effect within seconds."""
+    costs no JetStream request, a stream made through it is counted at once, and a rotated
+    password still takes effect within seconds."""
     put_secret(api_client, namespace, "steady", {"username": "alice", "password": ALICE_PASSWORD})
     watcher = await nats.connect(accounts_nats.url, user="alice", password=ALICE_PASSWORD)
     # Only this namespace, so no other test's connection asks account A anything.
@@ -419,6 +420,21 @@ async def test_recheck_asks_jetstream_only_when_something_changed(
             await watcher.flush()
             await audit.stop()
             assert audit.count("INFO") == 0, audit.subjects
+
+            # A stream made through it is counted in its status within a recheck, not at the
+            # next account refresh a minute later.
+            def account_streams() -> int:
+                status = resources.get("natsconnections", "steady").get("status") or {}
+                return int((status.get("account") or {}).get("streams", -1))
+
+            streams_before = account_streams()
+            resources.create("streams", stream("counted", "COUNTED", "steady"))
+            await eventually(lambda: ready(resources, "streams", "counted"), timeout=30)
+
+            async def counted() -> bool:
+                return account_streams() == streams_before + 1
+
+            await eventually(counted, timeout=5)
 
             put_secret(api_client, namespace, "steady", {"username": "alice", "password": "no"})
 

@@ -40,6 +40,7 @@ def test_account_usage_is_refreshed_when_due() -> None:
         {"working": None},  # never worked, or forgotten
         {"connected": False},  # the pooled connection is down or reconnecting
         {"probed_at": None},  # the last check failed
+        {"account_changed": True},  # the operator created or deleted something through it
     ],
 )
 def test_any_change_is_checked_at_once(change: dict[str, object]) -> None:

@@ -61,6 +61,15 @@ def test_replica_lag_counts_as_traffic_but_a_replica_falling_behind_does_not() -
     assert not only_counters({"consumerCount": 2}, {})
 
 
+def test_account_bytes_count_as_traffic_but_its_stream_and_consumer_counts_do_not() -> None:
+    before = {"account": {"memory": 0, "storage": 10, "streams": 1, "consumers": 1}}
+    stored = {"account": {"memory": 5, "storage": 99, "streams": 1, "consumers": 1}}
+    created = {"account": {"memory": 0, "storage": 10, "streams": 2, "consumers": 1}}
+    assert only_counters(stored, before)
+    assert not only_counters(created, before)
+    assert not only_counters({"account": {"streams": 1}}, {})
+
+
 def test_counters_are_written_once_per_interval_per_resource() -> None:
     clock = Clock()
     budget = StatusBudget(interval=60.0, rate=100.0, burst=100.0, clock=clock)

@@ -112,13 +112,16 @@ def probe_due(
     probed_at: float | None,
     now: float,
     refresh: float,
+    account_changed: bool = False,
 ) -> bool:
     """Whether a recheck asks JetStream again. Secrets are re-read every few seconds so a
     rotation takes effect quickly, but the account request is only needed when the target
-    changed, the pooled connection is down, the last check failed (no `probed_at`), or the
-    account usage in status is due for a refresh; otherwise each connection would cost a
-    JetStream request every few seconds for nothing."""
-    if target != working or not connected or probed_at is None:
+    changed, the pooled connection is down, the last check failed (no `probed_at`), the
+    operator created or deleted streams or consumers through it since (`account_changed`, so
+    the counts in status follow within a recheck), or the account usage in status is due for a
+    refresh; otherwise each connection would cost a JetStream request every few seconds for
+    nothing."""
+    if target != working or not connected or probed_at is None or account_changed:
         return True
     return now - probed_at >= refresh
 

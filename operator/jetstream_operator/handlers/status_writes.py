@@ -34,10 +34,13 @@ LIVE_COUNTERS = frozenset(
         "deliveredConsumerSeq",
         "ackFloorStreamSeq",
         "ackFloorConsumerSeq",
-        "account",  # a NatsConnection's account usage (bytes stored move with traffic)
     }
 )
 """Status fields that move with traffic rather than with anything a person did."""
+
+ACCOUNT_TRAFFIC = frozenset({"memory", "storage"})
+"""The parts of a NatsConnection's `account` usage that move with traffic; its stream and
+consumer counts and limits move when someone creates, deletes or configures something."""
 
 
 def status_changes(
@@ -61,12 +64,20 @@ def status_changes(
 def only_counters(changes: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
     """Whether every change is a traffic counter (replica lag included)."""
     for key, value in changes.items():
+        if key == "account" and _without_traffic(value) == _without_traffic(previous.get(key)):
+            continue
         if key in LIVE_COUNTERS:
             continue
         if key == "replicaStates" and _without_lag(value) == _without_lag(previous.get(key)):
             continue
         return False
     return True
+
+
+def _without_traffic(account: Any) -> dict[str, Any]:
+    if not isinstance(account, Mapping):
+        return {}
+    return {k: v for k, v in account.items() if k not in ACCOUNT_TRAFFIC}
 
 
 def _without_lag(replicas: Any) -> list[Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from nats.aio.client import Client
@@ -87,13 +88,27 @@ def is_transient(code: int, err_code: int, description: str = "") -> bool:
     return code == 503 or err_code in TRANSIENT_ERR_CODES
 
 
-class JetStreamApi:
-    """Stream operations on one NATS connection."""
+ACCOUNT_CHANGES = frozenset(
+    {"STREAM.CREATE", "STREAM.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE", "CONSUMER.DELETE"}
+)
+"""Operations that change an account's stream or consumer count."""
 
-    def __init__(self, connection: Client, prefix: str = "$JS.API", timeout: float = 5.0) -> None:
+
+class JetStreamApi:
+    """Stream operations on one NATS connection; `on_account_change` hears of every answered
+    request that changed the account's stream or consumer count (ACCOUNT_CHANGES)."""
+
+    def __init__(
+        self,
+        connection: Client,
+        prefix: str = "$JS.API",
+        timeout: float = 5.0,
+        on_account_change: Callable[[], None] | None = None,
+    ) -> None:
         self._connection = connection
         self._prefix = prefix
         self._timeout = timeout
+        self._on_account_change = on_account_change
 
     async def request(self, subject: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         body = json.dumps(payload).encode() if payload is not None else b""
@@ -124,6 +139,8 @@ class JetStreamApi:
                 raise JetStreamUnavailable(f"{description} (error {err_code})")
             NATS_REQUEST_ERRORS.labels(operation, "api_error").inc()
             raise JetStreamError(code, err_code, description)
+        if self._on_account_change is not None and operation in ACCOUNT_CHANGES:
+            self._on_account_change()
         return answer
 
     async def stream_info(

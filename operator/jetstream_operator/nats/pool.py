@@ -136,10 +136,20 @@ class ConnectionPool:
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout
         self._dropped: dict[ConnectionTarget, int] = {}
+        self._account_changes: dict[ConnectionTarget, int] = {}
 
     async def jetstream(self, target: ConnectionTarget) -> JetStreamApi:
         connection = await self.connection(target)
-        return JetStreamApi(connection, target.api_prefix, self._request_timeout)
+
+        def account_changed() -> None:
+            self._account_changes[target] = self._account_changes.get(target, 0) + 1
+
+        return JetStreamApi(connection, target.api_prefix, self._request_timeout, account_changed)
+
+    def account_changes(self, target: ConnectionTarget) -> int:
+        """Streams and consumers this operator created or deleted through `target` since the
+        pool started: a NatsConnection's account figures are stale when this moved."""
+        return self._account_changes.get(target, 0)
 
     async def connection(self, target: ConnectionTarget) -> Client:
         """The shared connection itself, for subscriptions."""
