@@ -33,7 +33,7 @@ from .handlers.registry import (
 from .handlers.results import Result, deletion_blocked, paused, released, unavailable
 from .handlers.status_writes import StatusBudget, status_changes, status_patch
 from .k8s.client import KubeApi
-from .k8s.login import credentials, limited_session
+from .k8s.login import RequestLimit, credentials, limited_session
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
@@ -74,17 +74,29 @@ def tune_queueing(settings: kopf.OperatorSettings, workers: int) -> None:
     settings.queueing.idle_timeout = WORKER_IDLE_TIMEOUT
 
 
+def request_limit(memo: kopf.Memo) -> RequestLimit | None:
+    """One limit for all the operator's Kubernetes requests, kopf's and its own, so both step
+    back while the API server is slow; made by whichever of login and startup runs first."""
+    if "kube_request_limit" not in memo:
+        ours = OperatorSettings()
+        memo.kube_request_limit = (
+            RequestLimit(ours.kube_requests, ours.kube_requests_adaptive)
+            if ours.kube_requests
+            else None
+        )
+    limit: RequestLimit | None = memo.kube_request_limit
+    return limit
+
+
 @kopf.on.login()
 async def login(
-    settings: kopf.OperatorSettings, **_: Any
+    settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any
 ) -> kopf.ConnectionInfo | kopf.AiohttpSession:
     """Replaces kopf's default login, which goes through the `kubernetes` client (~35 MiB).
     Async: a session limiting requests belongs to the operator's event loop."""
     info = credentials(settings)
-    ours = OperatorSettings()
-    if not ours.kube_requests:
-        return info
-    return limited_session(info, ours.kube_requests, ours.kube_requests_adaptive)
+    limit = request_limit(memo)
+    return info if limit is None else limited_session(info, limit)
 
 
 @kopf.on.startup()
@@ -137,7 +149,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             operator_settings.status_writes_per_second * operator_settings.resync_interval,
         ),
     )
-    kubernetes = memo.kubernetes = KubeApi(lambda: credentials(settings))
+    limit = request_limit(memo)
+    kubernetes = memo.kubernetes = KubeApi(
+        lambda: credentials(settings), middlewares=() if limit is None else (limit,)
+    )
     if operator_settings.peering:
         peering_check = PeeringCheck(
             kubernetes,

@@ -66,10 +66,10 @@ class OperatorSettings(BaseSettings):
     keeps its place while it waits, so 128 blocked deletions of one kind would hold up the
     rest of that kind until NATS answers or their finalizers are released."""
     kube_requests: int = Field(default=32, ge=0)
-    """At most this many of kopf's Kubernetes API requests in flight at once, watches aside
-    (the operator's own requests have 8 connections of their own); 0 for no limit. Without a
-    limit, a burst of new resources becomes hundreds of concurrent patches that an API server
-    short of CPU serves before the user's own applies (slowed 6.5-8.5x at 2,000 resources)."""
+    """At most this many Kubernetes API requests in flight at once, kopf's and the operator's
+    own (Events, status, Secrets), watches aside; 0 for no limit. Without a limit, a burst of
+    new resources becomes hundreds of concurrent patches that an API server short of CPU
+    serves before the user's own applies (slowed 6.5-8.5x at 2,000 resources)."""
     kube_requests_adaptive: bool = True
     """Fewer than `kube_requests` in flight while the API server answers slowly, down to one
     (k8s/login.py, AdaptiveLimit): it then spends its time on others' requests first. With it,

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from jetstream_operator.k8s.client import ApiError, KubeApi
-from jetstream_operator.k8s.login import service_account
+from jetstream_operator.k8s.login import RequestLimit, service_account
 
 IN_POD = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 
@@ -118,3 +118,16 @@ async def test_a_request_without_an_answer_times_out(api_server: tuple[str, list
     async with KubeApi(login, read_timeout=0.1) as api:
         with pytest.raises(TimeoutError):
             await api.request("GET", "/slow")
+
+
+async def test_the_operators_own_requests_share_the_request_limit(
+    api_server: tuple[str, list[str]],
+) -> None:
+    """Its Events and status patches wait for a place like kopf's requests do."""
+    server, _ = api_server
+    login = lambda: kopf.ConnectionInfo(server=server, token="new")  # noqa: E731
+    limit = RequestLimit(1)
+    async with KubeApi(login, middlewares=(limit,)) as api:
+        started = asyncio.get_running_loop().time()
+        await asyncio.gather(api.request("GET", "/slow"), api.request("GET", "/slow"))
+        assert asyncio.get_running_loop().time() - started >= 0.6  # one after the other

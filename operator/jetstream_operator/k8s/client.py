@@ -7,11 +7,12 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 import kopf
+from aiohttp.client_middlewares import ClientMiddlewareType
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +54,11 @@ class KubeApi:
         connections: int = CONNECTIONS,
         connect_timeout: float = CONNECT_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
+        middlewares: Sequence[ClientMiddlewareType] = (),
     ) -> None:
         self._login = login
         self._connections = connections
+        self._middlewares = tuple(middlewares)
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=None, sock_connect=connect_timeout, sock_read=read_timeout
         )
@@ -123,6 +126,7 @@ class KubeApi:
                     timeout=self._timeout,
                     proxy=info.proxy_url,
                     trust_env=info.trust_env,
+                    middlewares=self._middlewares,
                 )
                 self._server = info.server.rstrip("/")
             return self._session, self._server

@@ -104,9 +104,10 @@ class AdaptiveLimit:
 
 
 class RequestLimit:
-    """At most `limit` of kopf's API requests in flight at once, watches aside (a watch holds
+    """At most `limit` Kubernetes API requests in flight at once, watches aside (a watch holds
     its request open for minutes and must never wait behind the others); with `adaptive`, fewer
-    while the API server answers slowly (AdaptiveLimit).
+    while the API server answers slowly (AdaptiveLimit). An aiohttp middleware, shared by
+    kopf's session and the operator's own.
 
     kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
     patches, and the API server serves them before the user's own applies."""
@@ -172,16 +173,14 @@ class RequestLimit:
         KUBE_REQUESTS_WAITING.set(len(self._waiting))
 
 
-def limited_session(
-    info: kopf.ConnectionInfo, limit: int, adaptive: bool = False
-) -> kopf.AiohttpSession:
+def limited_session(info: kopf.ConnectionInfo, limit: RequestLimit) -> kopf.AiohttpSession:
     """kopf's session as kopf would make it from `info`, with a RequestLimit."""
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
         proxy=info.proxy_url,
         trust_env=info.trust_env,
-        middlewares=(RequestLimit(limit, adaptive),),
+        middlewares=(limit,),
     )
     return kopf.AiohttpSession(
         aiohttp_session=session,
