@@ -127,10 +127,13 @@ async def test_an_adaptive_limit_holds_requests_back_while_answers_are_slow() ->
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
-        await asyncio.sleep(0.001 * in_flight)  # a server that slows down with its load
+        await asyncio.sleep(0.002 * in_flight)  # a server that slows down with its load
         in_flight -= 1
         return request.url
 
+    for i in range(20):  # one at a time: how fast it answers when nothing else runs
+        await limit(request(f"{BASE}/s{i}"), server)
+    assert limit.limit == 8
     await asyncio.gather(*(limit(request(f"{BASE}/s{i}"), server) for i in range(400)))
     assert limit.limit < 8
     assert REGISTRY.get_sample_value("jetstream_operator_kube_requests_limit") == limit.limit
