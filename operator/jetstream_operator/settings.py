@@ -73,8 +73,8 @@ class OperatorSettings(BaseSettings):
     kube_requests_adaptive: bool = True
     """Fewer than `kube_requests` in flight while the API server answers slowly, down to one
     (k8s/login.py, AdaptiveLimit): it then spends its time on others' requests first. With it,
-    the user's applies beside 2,000 new resources were slowed 1.6x instead of 2.3-3.4x with a
-    fixed limit of 8 (benchmarks.md)."""
+    the user's applies beside 2,000 new resources were slowed 1.35-1.6x instead of 2.3-3.4x
+    with a fixed limit of 8 (benchmarks.md)."""
     peering_lifetime: int = Field(default=60, ge=2)
     """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
