@@ -73,7 +73,8 @@ chaos: tools
 # NACK runs beside ours when NACK_BIN and NACK_CRDS name its binary and CRDs (docs/benchmarks.md
 # says how to build it from its source).
 bench: tools
-	$(PY) bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000 --busy 1000 --split 1000
+	$(PY) bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000 --busy 1000 --split 1000 \
+		--identities workload
 	$(PY) bench/spark_bench.py
 
 lint: venv
