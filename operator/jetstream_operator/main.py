@@ -62,6 +62,15 @@ RELEASE_ANNOTATION = f"{GROUP}/release-finalizer"
 """Set to "true" on a resource being deleted to let it go without touching NATS (NATS gone)."""
 
 
+class SharedMemo(kopf.Memo):
+    """The operator's memo, handed to every resource's handlers as is. kopf gives each object
+    a shallow copy of it, kept as long as the object exists: about 0.9 KiB per resource for
+    two dozen references the handlers only read. Per-object state lives in the registries."""
+
+    def __copy__(self) -> SharedMemo:
+        return self
+
+
 WORKER_IDLE_TIMEOUT = 0.1
 """Seconds kopf keeps an object's worker after its last event (kopf's default is 5 s). Under
 a worker limit, that idle time holds a place another resource is queued for; without one,

@@ -2,11 +2,21 @@
 
 import asyncio
 import ctypes.util
+import json
 import platform
+from collections.abc import AsyncIterator
 
+import kopf
 import pytest
 
-from jetstream_operator.memory import Allocator, HeapTrimmer, glibc, shrink_tls_read_buffers
+from jetstream_operator.memory import (
+    Allocator,
+    HeapTrimmer,
+    compact_kopf_bodies,
+    compact_watch_event,
+    glibc,
+    shrink_tls_read_buffers,
+)
 
 
 class FakeHeap:
@@ -92,3 +102,80 @@ def test_tls_connections_get_the_smaller_read_buffer() -> None:
         assert asyncio.run(buffer_size()) == 64 * 1024 < default
     finally:
         sslproto.SSLProtocol.max_size = default
+
+
+async def test_every_resource_shares_the_operators_memo() -> None:
+    """kopf copies the memo into each object's memory; ours hands out itself instead."""
+    from kopf._core.reactor.inventory import ResourceMemories
+
+    from jetstream_operator.main import SharedMemo
+
+    memo = SharedMemo()
+    memo.registry = {}
+    memories = ResourceMemories()
+    first = await memories.recall_memo({"metadata": {"uid": "a"}}, memobase=memo)
+    second = await memories.recall_memo({"metadata": {"uid": "b"}}, memobase=memo)
+    assert first is memo and second is memo
+    plain = kopf.Memo(registry={})
+    assert await memories.recall_memo({"metadata": {"uid": "c"}}, memobase=plain) is not plain
+
+
+def test_watch_events_reach_kopf_without_managed_fields_and_with_shared_strings() -> None:
+    line = json.dumps(
+        {
+            "type": "MODIFIED",
+            "object": {
+                "metadata": {
+                    "name": "orders",
+                    "uid": "u1",
+                    "managedFields": [{"manager": "kopf", "fieldsV1": {"f:status": {}}}],
+                },
+                "spec": {"storage": "file"},
+                "status": {"message": "m" * 100},
+            },
+        }
+    ).encode()
+    first, second = compact_watch_event(line), compact_watch_event(line)
+    assert first == {
+        "type": "MODIFIED",
+        "object": {
+            "metadata": {"name": "orders", "uid": "u1"},
+            "spec": {"storage": "file"},
+            "status": {"message": "m" * 100},
+        },
+    }
+    assert first["object"]["spec"]["storage"] is second["object"]["spec"]["storage"]
+    assert first["object"]["status"]["message"] is not second["object"]["status"]["message"]
+    # Events without an object body (bookmarks, errors) pass as decoded.
+    assert compact_watch_event(b'{"type": "ERROR", "object": {"code": 410}}') == {
+        "type": "ERROR",
+        "object": {"code": 410},
+    }
+
+
+async def test_kopf_decodes_its_watch_streams_and_listings_compactly_once_installed() -> None:
+    """kopf's watch reader decodes each line with its module's `json.loads`, and its watcher
+    lists through `fetching.fetch_objs`; if a kopf upgrade moves either, this fails rather
+    than the operator silently keeping full bodies."""
+    import inspect
+
+    from kopf._cogs.clients import api, fetching, watching
+
+    assert "json.loads(line" in inspect.getsource(api.stream)
+    assert "fetching.fetch_objs(" in inspect.getsource(watching.continuous_watch)
+    saved_json, saved_listing = api.json, fetching.fetch_objs
+    full = {"metadata": {"uid": "u1", "managedFields": [{}]}, "spec": {"a": "b"}}
+
+    async def listing(**_: object) -> AsyncIterator[tuple[list[dict[str, object]], str]]:
+        yield [json.loads(json.dumps(full))], "7"
+
+    try:
+        fetching.fetch_objs = listing  # type: ignore[assignment]
+        assert compact_kopf_bodies()
+        assert compact_kopf_bodies()  # twice wraps once
+        line = '{"type": "ADDED", "object": {"metadata": {"uid": "u1", "managedFields": []}}}'
+        assert api.json.loads(line) == {"type": "ADDED", "object": {"metadata": {"uid": "u1"}}}
+        chunks = [chunk async for chunk in fetching.fetch_objs(logger=None)]
+        assert chunks == [([{"metadata": {"uid": "u1"}, "spec": {"a": "b"}}], "7")]
+    finally:
+        api.json, fetching.fetch_objs = saved_json, saved_listing

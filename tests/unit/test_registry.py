@@ -1,5 +1,6 @@
 """The resource registry: lookups by name and spec value stay right through updates."""
 
+import json
 from typing import Any
 
 from jetstream_operator.handlers.registry import (
@@ -49,3 +50,33 @@ def test_consumers_of_a_stream_by_name_or_reference() -> None:
     for resource in consumers:
         in_orders = consumer_stream(resource, streams) == "ORDERS"
         assert in_orders == (resource.owner.uid in found)
+
+
+def test_kept_bodies_share_field_names_and_short_values_but_stay_equal() -> None:
+    """Each decoded body has its own copy of every field name; the registry keeps one."""
+    registry = ResourceRegistry()
+    for uid in ("u1", "u2"):
+        decoded = json.loads(
+            json.dumps(
+                {
+                    **body(uid, f"orders-{uid}", name=f"ORDERS_{uid}", storage="file"),
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                        "message": "x" * 100,
+                    },
+                }
+            )
+        )
+        registry.observe("ADDED", decoded)
+        kept = registry.get(uid)
+        assert kept is not None and kept.spec == decoded["spec"]
+        assert kept.status == decoded["status"]
+    first, second = registry.get("u1"), registry.get("u2")
+    assert first is not None and second is not None
+    (first_key,) = [key for key in first.spec if key == "storage"]
+    (second_key,) = [key for key in second.spec if key == "storage"]
+    assert first_key is second_key
+    assert first.spec["storage"] is second.spec["storage"]
+    assert first.status["conditions"][0]["type"] is second.status["conditions"][0]["type"]
+    # Long, mostly unique text is not interned.
+    assert first.status["message"] is not second.status["message"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import GROUP
+from ..memory import shared
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.ownership import Owner
 
@@ -64,7 +65,8 @@ DROPPED_STATUS = ("lastHandledConfiguration",)
 
 def slim_body(body: Mapping[str, Any]) -> dict[str, Any]:
     """What drift repair reads of a resource, and nothing more: thousands are kept, and
-    managedFields, kubectl's last-applied annotation and kopf's diff base are most of a body."""
+    managedFields, kubectl's last-applied annotation and kopf's diff base are most of a body.
+    Shared strings (see `shared`) make the rest cheaper still."""
     metadata = body.get("metadata") or {}
     kept_metadata = {key: metadata[key] for key in KEPT_METADATA if key in metadata}
     annotations = {
@@ -77,7 +79,11 @@ def slim_body(body: Mapping[str, Any]) -> dict[str, Any]:
     status = {
         key: value for key, value in (body.get("status") or {}).items() if key not in DROPPED_STATUS
     }
-    return {"metadata": kept_metadata, "spec": body.get("spec") or {}, "status": status}
+    return {
+        "metadata": shared(kept_metadata),
+        "spec": shared(body.get("spec") or {}),
+        "status": shared(status),
+    }
 
 
 INDEXED_SPEC_KEYS = ("name", "bucket", "durableName", "streamName", "streamRef")
