@@ -855,6 +855,7 @@ def restart(bench: Bench, watches: list[ObjectWatch], seconds: float) -> dict[st
     healthy = time.monotonic() - started
     time.sleep(seconds)
     writes = bench.writes() - writes_before
+    rss = bench.operator_rss_mib()
     last = max((each.last_change for each in watches), default=0.0)
     kinds: Counter[str] = Counter()
     fields: Counter[str] = Counter()
@@ -869,6 +870,7 @@ def restart(bench: Bench, watches: list[ObjectWatch], seconds: float) -> dict[st
         "writes": breakdown(Counter({k: n for k, n in writes.items() if n})),
         "foreground_writes": foreground(writes),
         "last_write_s": (last - started) if last else 0.0,
+        "rss": rss,
     }
 
 
@@ -1171,7 +1173,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             f"in the next {again['seconds']:.0f} s, status changes "
             f"{again['status_changes'] or 'none'}, writes {again['writes']}, "
             f"last write {again['last_write_s']:.1f} s after start; fields changed: "
-            f"{breakdown(Counter(again['changed_fields']))}",
+            f"{breakdown(Counter(again['changed_fields']))}; operator RSS at the end "
+            f"{again.get('rss', 0.0):.0f} MiB",
         ]
     if "busy" in extras:
         b = extras["busy"]

@@ -121,3 +121,23 @@ def _start(_signum: int, _frame: FrameType | None) -> None:
 if os.environ.get("JSO_HEAP_PROBE_OUT"):
     signal.signal(signal.SIGUSR1, _start)
     signal.signal(signal.SIGUSR2, _dump)
+
+
+def _malloc_stats(_signum: int, _frame: FrameType | None) -> None:
+    """Append pymalloc's arena statistics (`sys._debugmallocstats`, written by C to stderr) to
+    JSO_MALLOC_STATS: how much of the RSS is arenas held by a few live objects."""
+    path = os.environ["JSO_MALLOC_STATS"]
+    saved = os.dup(2)
+    try:
+        with open(path, "a") as out:
+            out.write(f"--- {os.getpid()}\n")
+            out.flush()
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+if os.environ.get("JSO_MALLOC_STATS") and not os.environ.get("JSO_HEAP_PROBE_OUT"):
+    signal.signal(signal.SIGUSR1, _malloc_stats)
