@@ -60,11 +60,12 @@ class OperatorSettings(BaseSettings):
     """This replica's peering priority; the highest live one is active, the others wait."""
     workers: int = Field(default=128, ge=0)
     """Resources of one kind handled at once per watch (one watch per kind, or per kind and
-    namespace when `namespaces` is set); 0 for no limit. Beyond it, a burst of new resources
-    waits in the watch stream instead of in memory: with a request limit, 10,000 new resources
-    took 264 MiB with 128 and 451 MiB without (benchmarks.md). A deletion that waits for NATS
-    keeps its place while it waits, so 128 blocked deletions of one kind would hold up the
-    rest of that kind until NATS answers or their finalizers are released."""
+    namespace when `namespaces` is set); 0 for no limit. Beyond it, the rest of a burst waits in
+    kopf's queue, each resource with its events, instead of in a running handler that holds
+    more: with a request limit, 10,000 new resources took 264 MiB with 128 and 451 MiB without
+    (benchmarks.md). A deletion that waits for NATS keeps its place while it waits, so 128
+    blocked deletions of one kind would hold up the rest of that kind until NATS answers or
+    their finalizers are released."""
     kube_requests: int = Field(default=32, ge=0)
     """At most this many Kubernetes API requests in flight at once, kopf's and the operator's
     own (Events, status, Secrets), watches aside; 0 for no limit. Without a limit, a burst of
