@@ -1,12 +1,15 @@
-"""kube-apiserver's CPU for one write on the Stream CRD, with and without its CEL rules.
+"""kube-apiserver's CPU for one write on the Stream or Consumer CRD, with and without its CEL rules.
 
 The operator's convergence is bound by the API server's CPU on a small machine (see
 docs/benchmarks.md), so what one write costs there is the figure to know: a create, a metadata
 patch (as kopf's finalizer) and a status patch, `--count` of each, 8 at a time, on a fresh
 control plane. The same CRD is served a second time under another group with every
-`x-kubernetes-validations` rule removed, to show what the rules cost.
+`x-kubernetes-validations` rule removed, to show what the rules cost, and with `--baseline` a
+third time as another version of the CRD file had it (to compare a change to the rules):
 
     .venv/bin/python bench/write_cost.py --count 1000
+    git show HEAD~1:crds/consumers.jetstream-operator.io.yaml > /tmp/before.yaml
+    .venv/bin/python bench/write_cost.py --kind Consumer --baseline /tmp/before.yaml
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from operator_bench import RESULTS, machine, process_cpu_seconds
 
@@ -30,6 +34,11 @@ from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.k8s.crds import apply_crds
 
 BARE_GROUP = "bare.bench.invalid"
+BASELINE_GROUP = "baseline.bench.invalid"
+SPECS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "Stream": lambda i: {"name": f"S{i}", "subjects": [f"s{i}.>"]},
+    "Consumer": lambda i: {"durableName": f"C{i}", "streamName": f"S{i}"},
+}
 
 
 def without_rules(node: Any) -> Any:
@@ -40,12 +49,22 @@ def without_rules(node: Any) -> Any:
     return node
 
 
-def stream_crds() -> tuple[dict[str, Any], dict[str, Any]]:
-    stream = next(crd for crd in all_crds() if crd["spec"]["names"]["kind"] == "Stream")
-    bare = without_rules(copy.deepcopy(stream))
-    bare["spec"]["group"] = BARE_GROUP
-    bare["metadata"]["name"] = f"{bare['spec']['names']['plural']}.{BARE_GROUP}"
-    return stream, bare
+def regrouped(crd: dict[str, Any], group: str) -> dict[str, Any]:
+    """The CRD served under another API group, so several versions of it coexist."""
+    crd = copy.deepcopy(crd)
+    crd["spec"]["group"] = group
+    crd["metadata"]["name"] = f"{crd['spec']['names']['plural']}.{group}"
+    return crd
+
+
+def variants(kind: str, baseline: Path | None) -> dict[str, dict[str, Any]]:
+    current = next(crd for crd in all_crds() if crd["spec"]["names"]["kind"] == kind)
+    found = {"with CEL rules": current, "without": regrouped(without_rules(current), BARE_GROUP)}
+    if baseline is not None:
+        found[f"rules of {baseline.name}"] = regrouped(
+            yaml.safe_load(baseline.read_text()), BASELINE_GROUP
+        )
+    return found
 
 
 def timed(pid: int, work: Callable[[int], Any], items: Iterable[int]) -> tuple[float, float]:
@@ -59,15 +78,15 @@ def timed(pid: int, work: Callable[[int], Any], items: Iterable[int]) -> tuple[f
 def measure(plane: ControlPlane, crd: dict[str, Any], count: int) -> dict[str, tuple[float, float]]:
     objects = client.CustomObjectsApi(config.new_client_from_config(str(plane.kubeconfig)))  # type: ignore[no-untyped-call]
     group, version = crd["spec"]["group"], crd["spec"]["versions"][0]["name"]
-    plural = crd["spec"]["names"]["plural"]
+    plural, kind = crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"]
     pid = next(record.pid for record in plane.records() if record.name == "kube-apiserver")
 
     def create(i: int) -> None:
         body = {
             "apiVersion": f"{group}/{version}",
-            "kind": "Stream",
+            "kind": kind,
             "metadata": {"name": f"s{i}"},
-            "spec": {"name": f"S{i}", "subjects": [f"s{i}.>"]},
+            "spec": SPECS[kind](i),
         }
         objects.create_namespaced_custom_object(group, version, "default", plural, body)
 
@@ -99,24 +118,24 @@ def measure(plane: ControlPlane, crd: dict[str, Any], count: int) -> dict[str, t
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--kind", choices=sorted(SPECS), default="Stream")
+    parser.add_argument("--baseline", type=Path, help="another version of the kind's CRD file")
     args = parser.parse_args()
-    stream, bare = stream_crds()
+    crds = variants(args.kind, args.baseline)
     with tempfile.TemporaryDirectory(prefix="write-cost-") as directory:
         plane = ControlPlane(Path(directory) / "cp")
         plane.start()
         try:
             api = config.new_client_from_config(str(plane.kubeconfig))  # type: ignore[no-untyped-call]
-            apply_crds(api, [stream, bare])
-            results = {
-                label: measure(plane, crd, args.count)
-                for label, crd in (("with CEL rules", stream), ("without", bare))
-            }
+            apply_crds(api, list(crds.values()))
+            results = {label: measure(plane, crd, args.count) for label, crd in crds.items()}
         finally:
             plane.stop()
     lines = [
         f"Machine: {machine()}",
         "",
-        f"| {args.count} of each, 8 at a time | kube-apiserver CPU per write (ms) | wall (s) |",
+        f"| {args.kind}: {args.count} of each, 8 at a time "
+        "| kube-apiserver CPU per write (ms) | wall (s) |",
         "|---|---|---|",
     ]
     for label, rows in results.items():

@@ -3,8 +3,14 @@
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from jetstream_operator.api.celcost import (
+    always_present,
+    needless_presence_tests,
+    without_presence_tests,
+)
 from jetstream_operator.api.crdgen import all_crds, crd_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,3 +55,54 @@ def test_every_spec_field_has_a_description() -> None:
 def test_rendered_yaml_parses_back() -> None:
     for text in crd_files().values():
         assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"
+
+
+# -- CEL cost ----------------------------------------------------------------------------------
+
+PRESENT = {"flag", "policy"}
+
+
+@pytest.mark.parametrize(
+    ("rule", "lightened"),
+    [
+        ("(has(self.flag) && self.flag) || x", "(self.flag) || x"),
+        ("!(has(oldSelf.flag) && oldSelf.flag) || self.flag", "!(oldSelf.flag) || self.flag"),
+        ("!has(self.flag) || !self.flag || y", "!self.flag || y"),
+        ("a && (!has(self.policy) || self.policy == 'x')", "a && (self.policy == 'x')"),
+        (
+            "has(self.policy) == has(oldSelf.policy) && "
+            "(!has(self.policy) || self.policy == oldSelf.policy)",
+            "(self.policy == oldSelf.policy)",
+        ),
+        # Not operands of a chain: `a == has(f) && b` is `(a == has(f)) && b`, and
+        # `a && !has(f) || b` is `(a && !has(f)) || b`; folding either would change the rule.
+        ("a == has(self.flag) && b", "a == has(self.flag) && b"),
+        ("a && !has(self.flag) || b", "a && !has(self.flag) || b"),
+        ("!has(self.flag) && b", "!has(self.flag) && b"),
+        # Fields without a default keep their tests.
+        ("has(self.other) && self.other", "has(self.other) && self.other"),
+    ],
+)
+def test_presence_tests_of_defaulted_fields_fold_away_only_as_chain_operands(
+    rule: str, lightened: str
+) -> None:
+    assert without_presence_tests(rule, PRESENT) == lightened
+
+
+def test_fields_with_a_default_are_always_present_unless_nullable() -> None:
+    node = {
+        "properties": {
+            "flag": {"type": "boolean", "default": False},
+            "maybe": {"type": "string", "default": "x", "nullable": True},
+            "free": {"type": "string"},
+        }
+    }
+    assert always_present(node) == {"flag"}
+
+
+def test_no_generated_rule_tests_the_presence_of_a_defaulted_field() -> None:
+    """Each such test costs kube-apiserver a copy of the object's property schemas on every
+    write of every resource (docs/benchmarks.md); the rule helpers write them everywhere, so
+    this fails if the generator stops folding them away."""
+    for crd in all_crds():
+        assert needless_presence_tests(crd) == [], crd["spec"]["names"]["kind"]

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from .base import NO_CRD_DEFAULT
+from .celcost import lighten_rules
 from .kinds import ALL_KINDS, ResourceKind
 
 JsonSchema = dict[str, Any]
@@ -71,7 +72,7 @@ def _model_schema(model: Any) -> JsonSchema:
 
 def crd_for(kind: ResourceKind) -> JsonSchema:
     """The CustomResourceDefinition of one kind."""
-    spec_schema = _model_schema(kind.spec_model)
+    spec_schema = lighten_rules(_model_schema(kind.spec_model))
     status_schema = _model_schema(kind.status_model)
     status_schema["description"] = "Observed state, written only by the operator."
     return {
