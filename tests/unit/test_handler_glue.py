@@ -40,13 +40,15 @@ class FakeJetStream:
         self.on_consumer_listing: Callable[[], Awaitable[None]] | None = None
         self.consumer_counts: dict[str, int] = {}
         self.after_listing: Callable[[], Awaitable[None]] | None = None
+        self.cluster: dict[str, Any] | None = None
 
     def _info(self, name: str) -> dict[str, Any]:
-        return {
+        info = {
             "config": copy.deepcopy(self.streams[name]),
             "state": {"messages": 0, "consumer_count": self.consumer_counts.get(name, 0)},
             "created": "2026-01-01T00:00:00Z",
         }
+        return info if self.cluster is None else {**info, "cluster": self.cluster}
 
     async def stream_info(self, name: str) -> dict[str, Any] | None:
         self.requests.append(f"INFO {name}")
@@ -136,6 +138,24 @@ async def test_a_value_the_server_keeps_is_sent_once_then_reported_not_looped() 
         assert again.outcome.reason == "NotConverging"
         assert not [event for event in again.events if event.type == "Warning"]
     assert server.sent("UPDATE") == sent <= 1
+
+
+@pytest.mark.parametrize(
+    ("cluster", "looks_after_creating"),
+    [(None, 0), ({"name": "east", "leader": "n1", "replicas": [{"name": "n2"}]}, 1)],
+)
+async def test_a_created_stream_is_looked_at_again_only_in_a_cluster(
+    cluster: dict[str, Any] | None, looks_after_creating: int
+) -> None:
+    """A single server's create reply is what INFO would say; a cluster's shows replicas that
+    have not caught up yet, so one INFO then keeps status complete when it turns Ready."""
+    server = FakeJetStream()
+    server.cluster = cluster
+    spec = {"name": "ORDERS", "subjects": ["orders.>"]}
+    created = await stream_handlers.reconcile(STREAM_KIND, spec, OWNER, server)
+    assert created.outcome.ready and created.status["streamName"] == "ORDERS"
+    after = server.requests[server.requests.index("CREATE ORDERS") + 1 :]
+    assert after.count("INFO ORDERS") == looks_after_creating
 
 
 async def test_a_rejected_update_is_retried_only_when_due_or_when_something_changed() -> None:

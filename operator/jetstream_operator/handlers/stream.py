@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.conditions import Outcome, now_rfc3339
-from ..reconcile.live_state import object_count_request
+from ..reconcile.live_state import clustered, object_count_request
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.stream_plan import (
@@ -85,9 +85,11 @@ async def reconcile(
             match action:
                 case CreateStream(config=config):
                     info = await jetstream.create_stream(config)
-                    # The create reply lacks the cluster's view (leader, replicas): one INFO
-                    # now saves a status write later, so status is complete when Ready.
-                    info = await jetstream.stream_info(name) or info
+                    # In a cluster the create reply shows the replicas before they caught up:
+                    # one INFO now saves a status write later, so status is complete when
+                    # Ready. A single server's reply is already what INFO would say.
+                    if clustered(info):
+                        info = await jetstream.stream_info(name) or info
                     events.append(_creation_event(kind, spec, name, drift, history))
                     if events[-1].type == "Warning":
                         outcome = Outcome(True, "RecreatedAfterLoss", events[-1].message)

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+
+def clustered(info: Mapping[str, Any]) -> bool:
+    """Whether a stream's info (or create reply) comes from a JetStream cluster."""
+    return bool((info.get("cluster") or {}).get("name"))
 
 
 def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
     config = info.get("config") or {}
     cluster = info.get("cluster") or {}
-    clustered = bool(cluster.get("name"))
     return {
         "streamName": config.get("name"),
         "cluster": cluster.get("name"),
         # A single server names itself leader in INFO but not in LIST: shown only in a
         # cluster, so passes from either request agree and write nothing.
-        "leader": cluster.get("leader") if clustered else None,
+        "leader": cluster.get("leader") if clustered(info) else None,
         "replicaStates": [
             {
                 "name": replica.get("name", ""),
