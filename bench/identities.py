@@ -37,8 +37,8 @@ class Identities:
     applier: Path
 
 
-def control_plane(workdir: Path, mode: str) -> ControlPlane:
-    return ControlPlane(workdir, flow_control=mode == "workload")
+def control_plane(workdir: Path, mode: str, profiling: bool = False) -> ControlPlane:
+    return ControlPlane(workdir, flow_control=mode == "workload", profiling=profiling)
 
 
 def identities(plane: ControlPlane, api: client.ApiClient, mode: str) -> Identities:
@@ -80,6 +80,8 @@ def identities(plane: ControlPlane, api: client.ApiClient, mode: str) -> Identit
     directory = plane.workdir / "identities"
     directory.mkdir(exist_ok=True)
     controller = directory / "controller.kubeconfig"
+    if request.status is None or not request.status.token:
+        raise RuntimeError(f"no token for {CONTROLLER_ACCOUNT}: {request}")
     plane.write_token_kubeconfig(controller, request.status.token)
     cert, key = issue_client_cert(plane.pki.load_ca(), APPLIER_USER, [APPLIER_GROUP]).write(
         directory, "applier"

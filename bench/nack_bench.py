@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
+from jetstream_operator.devenv.figures import flow_control_waits
 from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.paths import LOOPBACK, free_port
 from jetstream_operator.devenv.processes import tail
@@ -63,7 +64,6 @@ from operator_bench import (  # noqa: E402
     floor_nats,
     floor_status_patches,
     flow_control_delta,
-    flow_control_waits,
     foreground,
     machine,
     rss_mib,

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import apiserver_profile
 import identities
 import nats
 from kubernetes import client, config, watch
@@ -299,10 +300,12 @@ def watching(watches: list[ObjectWatch]) -> Iterator[list[ObjectWatch]]:
 class Bench:
     identity_mode = "admin"
     """identities.MODES: every bench of a run uses the same (--identities)."""
+    profiling = False
+    """Serve kube-apiserver's /debug/pprof (--apiserver-profile)."""
 
     def __init__(self, workdir: Path, cluster: bool = False) -> None:
         self.workdir = workdir
-        self.plane = identities.control_plane(workdir / "cp", self.identity_mode)
+        self.plane = identities.control_plane(workdir / "cp", self.identity_mode, self.profiling)
         self.nats = NatsServer(workdir / "nats")
         self.cluster = NatsCluster(workdir / "cluster") if cluster else None
         self.operators: list[OperatorProcess] = []
@@ -1012,7 +1015,22 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         bench = Bench(Path(directory), cluster=idle)
         try:
             bench.start()
-            row = convergence(bench, size, args.settle, [f"bench-{size}"])
+            recording = profile_recording(bench, size, args)
+            row = convergence(
+                bench,
+                size,
+                args.settle,
+                [f"bench-{size}"],
+                before_apply=recording.start if recording else None,
+            )
+            if recording is not None:
+                recording.join()
+                row["apiserver_profile"] = {
+                    "path": str(recording.path),
+                    "seconds": recording.seconds,
+                    "shares": apiserver_profile.shares(recording.path),
+                    "error": str(recording.error or ""),
+                }
             if idle:
                 kinds = idle_kinds(bench, args.kind_count)
                 bench_watches = [
@@ -1045,6 +1063,16 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
             bench.stop()
     print(json.dumps(row), flush=True)
     return row
+
+
+def profile_recording(
+    bench: Bench, size: int, args: argparse.Namespace
+) -> apiserver_profile.ProfileRecording | None:
+    if args.apiserver_profile is None:
+        return None
+    args.apiserver_profile.mkdir(parents=True, exist_ok=True)
+    path = args.apiserver_profile / f"kube-apiserver-{size}-{datetime.now(UTC):%Y%m%d-%H%M}.pprof"
+    return apiserver_profile.ProfileRecording(bench.plane, args.apiserver_profile_seconds, path)
 
 
 def run_split(size: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -1104,6 +1132,12 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
         f"- N={row['size']} ({row.get('label', 'operator')}), {cpu_line(row)}"
         for row in rows
         if "cpu_converging" in row
+    ]
+    lines += [
+        apiserver_profile.line(Path(found["path"]), found["seconds"], found["shares"])
+        + (f" (recording failed: {found['error']})" if found["error"] else "")
+        for row in rows
+        if (found := row.get("apiserver_profile"))
     ]
     return lines
 
@@ -1253,6 +1287,13 @@ def main() -> int:
     parser.add_argument("--nack-drift-timeout", type=float, default=90)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per convergence")
     parser.add_argument(
+        "--apiserver-profile",
+        type=Path,
+        metavar="DIR",
+        help="record kube-apiserver's CPU profile while converging, into DIR",
+    )
+    parser.add_argument("--apiserver-profile-seconds", type=float, default=20)
+    parser.add_argument(
         "--identities",
         choices=identities.MODES,
         default="admin",
@@ -1268,6 +1309,7 @@ def main() -> int:
     args = parser.parse_args()
     OPERATOR_ENV.update(pair.split("=", 1) for pair in args.operator_env)
     Bench.identity_mode = args.identities
+    Bench.profiling = args.apiserver_profile is not None
     if args.sizes and args.idle_size and args.idle_size not in args.sizes:
         parser.error("--idle-size must be one of --sizes, or 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # runs the finally: blocks

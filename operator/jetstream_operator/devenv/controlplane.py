@@ -59,11 +59,13 @@ class ControlPlane:
         *,
         node_address: str | None = None,
         flow_control: bool = False,
+        profiling: bool = False,
     ) -> None:
         """With `node_address` (an address the project made, see `node.py`) it serves a node.
 
         `flow_control` turns API Priority and Fairness on, as in a real cluster; it is off by
         default for a faster start, since only the benchmark measures who waits for whom.
+        `profiling` serves kube-apiserver's /debug/pprof, for the benchmark's CPU profile.
 
         The API server then listens on and advertises that address instead of loopback, so pods
         reach it through the `kubernetes` Service; the ServiceAccount admission plugin, the lease
@@ -72,6 +74,7 @@ class ControlPlane:
         self.workdir = workdir.resolve()
         self.node_address = node_address
         self.flow_control = flow_control
+        self.profiling = profiling
         self.address = node_address or LOOPBACK
         self.controllers = ("*",) if node_address else tuple(controllers)
         self.etcd_client_port = 0
@@ -276,7 +279,7 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--allow-privileged=true",
             f"--enable-priority-and-fairness={str(self.flow_control).lower()}",
-            "--profiling=false",
+            f"--profiling={str(self.profiling).lower()}",
         ]
         if self.node_address:
             return [
