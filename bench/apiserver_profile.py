@@ -3,7 +3,7 @@
 Convergence is bound by the API server's CPU on a small machine, so the question after "how many
 writes" is "what does the server spend on each". `--apiserver-profile DIR` (operator_bench.py)
 serves /debug/pprof on the run's kube-apiserver, records its CPU profile for the first
-`--apiserver-profile-seconds` of the first convergence, keeps the raw profile in DIR and reports
+`--apiserver-profile-seconds` of each size's convergence, keeps the raw profile in DIR and reports
 the share of a few parts of the server. `go tool pprof -top -cum kube-apiserver.pprof` shows
 the rest.
 """
