@@ -145,6 +145,27 @@ def is_ready(item: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def short(value: Any, length: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= length else text[: length - 3] + "..."
+
+
+def counted_changes(
+    watches: list[ObjectWatch],
+) -> tuple[Counter[str], Counter[str], dict[str, str]]:
+    """What the watches counted since `count_from()`: modifications by kind, by field, and the
+    first change of each field."""
+    kinds: Counter[str] = Counter()
+    fields: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for each in watches:
+        kinds.update(each.changes)
+        fields.update(each.fields)
+        for key, example in each.examples.items():
+            examples.setdefault(key, example)
+    return kinds, fields, examples
+
+
 class ObjectWatch:
     """One plural in one namespace, followed in a thread: which objects are Ready, when the last
     one turned Ready, and every change after `count_from()` (who wrote what, and when).
@@ -167,6 +188,8 @@ class ObjectWatch:
         self.changes: Counter[str] = Counter()
         self.fields: Counter[str] = Counter()
         """Which status keys (or `metadata`) the counted modifications changed."""
+        self.examples: dict[str, str] = {}
+        """Per changed key, the first counted change: "object: before -> after"."""
         self._seen: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.last_change = 0.0
         self.restarts = 0
@@ -187,6 +210,7 @@ class ObjectWatch:
         """Count modifications from now on (and forget earlier ones)."""
         self.changes.clear()
         self.fields.clear()
+        self.examples.clear()
         self.last_change = 0.0
         self._counting = True
 
@@ -224,7 +248,9 @@ class ObjectWatch:
                 seen = self._remember(name, item, event["type"] == "DELETED")
                 if event["type"] == "MODIFIED" and self._counting:
                     self.changes[self._kind_of(item)] += 1
-                    self.fields.update(seen)
+                    self.fields.update(seen.keys())
+                    for key, example in seen.items():
+                        self.examples.setdefault(key, example)
                     self.last_change = time.monotonic()
                 if event["type"] != "DELETED" and is_ready(item):
                     self._update({name}, None)
@@ -233,9 +259,10 @@ class ObjectWatch:
                 if self._stop.is_set():
                     return
 
-    def _remember(self, name: str, item: dict[str, Any], gone: bool) -> set[str]:
+    def _remember(self, name: str, item: dict[str, Any], gone: bool) -> dict[str, str]:
         """Keeps the object's status and metadata (without resourceVersion and managedFields);
-        returns the status keys that differ from the last seen, `metadata` if it changed."""
+        returns the status keys that differ from the last seen (`metadata` if it changed), each
+        with the change ("name: before -> after"), so a report can say which value was right."""
         status = dict(item.get("status") or {})
         metadata = {
             k: v
@@ -248,12 +275,14 @@ class ObjectWatch:
         else:
             self._seen[name] = (status, metadata)
         changed = {
-            f"{self._kind_of(item)}: status.{key}"
+            f"{self._kind_of(item)}: status.{key}": (
+                f"{name}: {short(before_status.get(key))} -> {short(status.get(key))}"
+            )
             for key in set(status) | set(before_status)
             if status.get(key) != before_status.get(key)
         }
         if metadata != before_metadata:
-            changed.add(f"{self._kind_of(item)}: metadata")
+            changed[f"{self._kind_of(item)}: metadata"] = name
         return changed
 
     def _update(self, ready: set[str], gone: str | None) -> None:
@@ -746,14 +775,11 @@ def idle_cost(
     writes, api = bench.writes() - writes_before, audit.snapshot() - api_before
     operations_after = bench.operator_requests()
     per_minute = 60.0 / seconds
-    kinds: Counter[str] = Counter()
-    fields: Counter[str] = Counter()
-    for each in watches:
-        kinds.update(each.changes)
-        fields.update(each.fields)
+    kinds, fields, examples = counted_changes(watches)
     return {
         "seconds": seconds,
         "changed_fields": dict(fields),
+        "examples": examples,
         "k8s_writes_per_min": foreground(writes) * per_minute,
         "k8s_writes": breakdown(writes, per_minute),
         "kind_changes": {kind: n * per_minute for kind, n in kinds.items()},
@@ -860,14 +886,11 @@ def restart(bench: Bench, watches: list[ObjectWatch], seconds: float) -> dict[st
     writes = bench.writes() - writes_before
     rss = bench.operator_rss_mib()
     last = max((each.last_change for each in watches), default=0.0)
-    kinds: Counter[str] = Counter()
-    fields: Counter[str] = Counter()
-    for each in watches:
-        kinds.update(each.changes)
-        fields.update(each.fields)
+    kinds, fields, examples = counted_changes(watches)
     return {
         "seconds": seconds,
         "changed_fields": dict(fields),
+        "examples": examples,
         "healthy_s": healthy,
         "status_changes": dict(kinds),
         "writes": breakdown(Counter({k: n for k, n in writes.items() if n})),
@@ -1142,6 +1165,17 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
     return lines
 
 
+def first_changes(figures: dict[str, Any]) -> list[str]:
+    """The first change of each field, as a line, when there were any: which value was right."""
+    examples: dict[str, str] = figures.get("examples") or {}
+    if not examples:
+        return []
+    return [
+        "- first change of each field: "
+        + "; ".join(f"{key} ({change})" for key, change in sorted(examples.items()))
+    ]
+
+
 def cpu_line(row: dict[str, Any]) -> str:
     """Each process's CPU seconds while converging, and flow control's queue waits if on."""
     text = "CPU seconds while converging: " + ", ".join(
@@ -1176,6 +1210,7 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             "- status changes/min by kind: "
             + (", ".join(f"{k} {v:.1f}" for k, v in sorted(idle["kind_changes"].items())) or "none")
             + f"; fields changed: {breakdown(Counter(idle['changed_fields']))}",
+            *first_changes(idle),
             f"- JetStream API requests (audit advisories) per {RESYNC_INTERVAL:.0f} s resync: "
             f"{idle['nats_per_resync']:.1f} (1 per 256 resources = "
             f"{idle_resources(idle_row['size'], args.kind_count) / 256:.1f}; N/256 = "
@@ -1210,6 +1245,7 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             f"{breakdown(Counter(again['changed_fields']))}; operator RSS at the end "
             f"{again.get('rss', 0.0):.0f} MiB",
         ]
+        lines += first_changes(again)
     if "busy" in extras:
         b = extras["busy"]
         lines += [
