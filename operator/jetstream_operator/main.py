@@ -349,6 +349,9 @@ async def _handle(
         result = paused(PAUSE_ANNOTATION)
     else:
         async with registry.lock(owner.uid):
+            watcher = memo.watchers.get(spec_connection_key(owner.namespace, spec))
+            if watcher is not None:
+                watcher.looking(owner.uid)
             try:
                 jetstream = await _jetstream(memo, owner.namespace, spec)
                 result = await work(jetstream, owner, settings, history)

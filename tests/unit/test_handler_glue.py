@@ -441,3 +441,19 @@ async def test_a_listing_older_than_a_recount_does_not_write_its_older_count_bac
     assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
     await drift.resync(server)  # type: ignore[arg-type]  # a fresh listing agrees: no write
     assert len(writer.patches) == 1
+
+
+async def test_a_listing_older_than_a_handlers_look_does_not_write_its_older_count_back() -> None:
+    """A new stream's handler counts the consumers applied with it; a resync that listed the
+    stream just before must not put the listing's count over the handler's status."""
+    server, writer, drift = await one_stream_in_sync()
+    resource = next(iter(drift._streams))
+
+    async def handler_pass() -> None:
+        drift.looking(resource.owner.uid)  # as `main._handle` does before the handler looks
+        server.consumer_counts["ORDERS"] = 2
+        resource.body["status"] = {**resource.status, "consumerCount": 2}  # kopf's status
+
+    server.after_listing = handler_pass
+    await drift.resync(server)  # type: ignore[arg-type]  # its listing still says 0
+    assert writer.patches == []

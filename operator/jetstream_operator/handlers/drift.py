@@ -367,6 +367,11 @@ class DriftWatcher:
             self._recount.add(stream)  # its consumer count in status is now stale
         self._wakeup.set()
 
+    def looking(self, uid: str) -> None:
+        """A handler is about to look at the resource on the server: a listing taken before
+        now must not write its older figures over what the handler reports."""
+        self._looked_at[uid] = asyncio.get_running_loop().time()
+
     def observed(self, resource: TrackedResource) -> None:
         """The watch delivered a resource: wake whoever waits for its first status."""
         if resource.first_handled:
