@@ -25,7 +25,9 @@ from .handlers.failures import NO_BASIS, FailureMemories, FailureMemory, History
 from .handlers.registry import (
     ConnectionKey,
     ResourceRegistry,
+    connection_key,
     consumer_stream,
+    consumers_of,
     declaring,
     ready_counts,
     spec_connection_key,
@@ -395,14 +397,34 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
     async def reconcile(
         spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
     ) -> None:
+        async def created(stream: str) -> bool:
+            """Wake the consumers waiting for the new stream, and wait a moment for those on
+            their way, so the stream's first status counts them."""
+            arrivals: StreamArrivals = memo.arrivals
+            connection = spec_connection_key(str(meta.get("namespace", "")), spec)
+            new_consumers = {
+                consumer.owner.uid
+                for consumer in consumers_of(stream, memo.consumers, memo.streams)
+                if not consumer.first_handled
+                and not consumer.deleting
+                and connection_key(consumer) == connection
+            }
+            return await arrivals.created(
+                stream, new_consumers, GATHER_TIMEOUT, start_within=GATHER_START_WITHIN
+            )
+
         async def work(
             jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
         ) -> Result:
             result = await stream_handlers.reconcile(
-                kind, spec, owner, jetstream, read_only=settings.read_only, history=history
+                kind,
+                spec,
+                owner,
+                jetstream,
+                read_only=settings.read_only,
+                history=history,
+                created=created,
             )
-            if any(event.reason in MADE for event in result.events):
-                memo.arrivals.announce(str(kind.stream_name(spec)))
             if result.outcome.ready and not settings.read_only:
                 purge = await stream_handlers.purge_if_asked(
                     kind, spec, meta.annotations, status, jetstream
@@ -458,6 +480,15 @@ async def remember_consumer(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> 
 STREAM_ARRIVAL_TIMEOUT = 5.0
 """How long a new consumer waits for its stream's creation before reporting StreamNotFound."""
 
+GATHER_TIMEOUT = 2.0
+"""How long a new stream's handler waits for the consumers applied with it before it writes
+its first status. Past it, a late consumer writes the stream's count itself."""
+
+GATHER_START_WITHIN = 0.5
+"""A consumer applied with a new stream whose handler has not started within this is queued
+behind others (the worker limit): the stream's handler stops waiting for it, so as not to hold
+its own worker as well."""
+
 
 def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | None:
     tracked = memo.consumers.named(owner.namespace, owner.name)
@@ -496,16 +527,23 @@ async def reconcile_consumer(
         jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
     ) -> Result:
         stream = _resolved_stream(memo, owner, spec)
-        result = await consumer_handlers.reconcile(
-            spec,
-            owner,
-            jetstream,
-            stream_name=stream,
-            read_only=settings.read_only,
-            stream_arrival=stream_arrival,
-            history=history,
-        )
-        if stream and any(event.reason in MADE for event in result.events):
+        arrivals: StreamArrivals = memo.arrivals
+        under_way = arrivals.begin(stream, owner.uid) if stream else None
+        counted = False
+        try:
+            result = await consumer_handlers.reconcile(
+                spec,
+                owner,
+                jetstream,
+                stream_name=stream,
+                read_only=settings.read_only,
+                stream_arrival=stream_arrival,
+                history=history,
+            )
+        finally:
+            if under_way is not None:
+                counted = arrivals.end(under_way)  # a new stream's first status counts it
+        if stream and not counted and any(event.reason in MADE for event in result.events):
             await _recount_stream(memo, owner, spec, stream, jetstream)
         return result
 

@@ -3,6 +3,7 @@ kube-apiserver's /metrics and JetStream's API audit advisories, never the operat
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from typing import Any
@@ -24,6 +25,21 @@ def apiserver_writes(plane: Any, resources: tuple[str, ...] = OUR_RESOURCES) -> 
 
 def difference(after: Counter[str], before: Counter[str]) -> dict[str, int]:
     return {key: after[key] - before[key] for key in after if after[key] != before[key]}
+
+
+async def quiet_writes(plane: Any, still: float = 2.0, timeout: float = 30.0) -> Counter[str]:
+    """The writes so far, once none has come for `still` seconds: what earlier tests' resources
+    still write (a last count, a deletion) must not be counted as the next test's."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = apiserver_writes(plane)
+    while loop.time() < deadline:
+        await asyncio.sleep(still)
+        now = apiserver_writes(plane)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the API server took writes for {timeout:.0f} s without a pause")
 
 
 class ApiAudit:

@@ -1,4 +1,6 @@
-"""A consumer applied with its stream waits for the stream's creation in this process."""
+"""A consumer applied with its stream waits for the stream's creation in this process, and the
+stream's handler waits a moment for the consumers on their way, so its first status counts
+them."""
 
 import asyncio
 
@@ -25,3 +27,82 @@ async def test_a_recent_announcement_counts_and_others_time_out() -> None:
     assert not second.done()
     arrivals.announce("OTHER")
     assert await asyncio.wait_for(second, 1) is True
+
+
+async def consumer_pass(
+    arrivals: StreamArrivals, stream: str, uid: str, made: list[str], start: float = 0.0
+) -> bool:
+    """A consumer's pass as the operator runs it: (start,) wait for the stream, make the
+    consumer, end; the answer says whether the stream's first status counts it."""
+    await asyncio.sleep(start)
+    under_way = arrivals.begin(stream, uid)
+    try:
+        assert await arrivals.wait(stream, timeout=5)
+        await asyncio.sleep(0.01)  # the consumer's creation in NATS
+        made.append(uid)
+    finally:
+        counted = arrivals.end(under_way)
+    return counted
+
+
+async def test_the_new_stream_waits_for_passes_under_way_and_those_on_their_way() -> None:
+    arrivals = StreamArrivals()
+    made: list[str] = []
+    waiting = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "a", made))
+    coming = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "b", made, start=0.05))
+    await asyncio.sleep(0.01)  # "a" waits for the stream; "b" is known, its pass not begun
+    assert await arrivals.created("ORDERS", {"b"}, timeout=5, start_within=1) is True
+    assert sorted(made) == ["a", "b"]  # both made before the stream's handler looks again
+    assert await waiting is True and await coming is True  # neither writes the count itself
+
+
+async def test_a_pass_ending_after_the_timeout_counts_itself() -> None:
+    arrivals = StreamArrivals()
+    made: list[str] = []
+    late = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "late", made, start=0.1))
+    assert await arrivals.created("ORDERS", {"late"}, timeout=0.01, start_within=5) is True
+    assert made == []
+    assert await late is False  # nobody counted it: it writes the stream's count itself
+
+
+async def test_a_pass_that_ended_before_the_stream_was_made_is_not_waited_for() -> None:
+    """Its consumer's status is not yet seen, but its pass is over: a look counts what it
+    made, and nothing waits for a pass that will not come."""
+    arrivals = StreamArrivals()
+    arrivals.end(arrivals.begin("ORDERS", "early"))
+    assert (
+        await asyncio.wait_for(arrivals.created("ORDERS", {"early"}, timeout=5, start_within=5), 1)
+        is True
+    )
+
+
+async def test_nothing_to_wait_for_needs_no_second_look() -> None:
+    arrivals = StreamArrivals()
+    assert await arrivals.created("ORDERS", set(), timeout=5, start_within=5) is False
+    assert arrivals.end(arrivals.begin("ORDERS", "after")) is False
+
+
+async def test_passes_on_other_streams_do_not_end_the_wait() -> None:
+    arrivals = StreamArrivals()
+    made: list[str] = []
+    gathering = asyncio.create_task(arrivals.created("ORDERS", {"mine"}, timeout=5, start_within=5))
+    await asyncio.sleep(0.01)
+    assert arrivals.end(arrivals.begin("OTHER", "mine")) is False
+    assert not gathering.done()
+    assert await consumer_pass(arrivals, "ORDERS", "mine", made) is True
+    assert await gathering is True
+
+
+async def test_a_consumer_queued_behind_others_is_not_waited_for_past_its_start() -> None:
+    """Under a worker limit its pass may wait for this very handler's worker: the stream stops
+    waiting for it once `start_within` passed, but still for a pass that did begin."""
+    arrivals = StreamArrivals()
+    made: list[str] = []
+    begun = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "begun", made))
+    await asyncio.sleep(0.01)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    gathering = arrivals.created("ORDERS", {"queued", "begun"}, timeout=5, start_within=0.05)
+    assert await gathering is True
+    assert loop.time() - started < 1
+    assert made == ["begun"] and await begun is True

@@ -3,21 +3,44 @@
 A Consumer applied together with its Stream usually reaches its handler before the stream exists
 in NATS. Reporting StreamNotFound there costs a status write and a later pass to fix it; waiting
 a moment for the stream's own handler to announce the creation costs neither.
+
+The stream's handler then waits, briefly, for the consumer passes already under way on it: the
+stream's first status counts what they made, where each of those consumers would otherwise
+write the stream's count again a moment later (a status write and a watch event per stream in
+a burst). Passes not yet started are not waited for: under a worker limit they may be queued
+behind this very handler.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+
+logger = logging.getLogger(__name__)
 
 RECENT = 10.0
 """An announcement this recent also counts, for a consumer that looked just before it."""
+
+
+class ConsumerPass:
+    """One consumer's pass on a named stream, from its start to its `StreamArrivals.end`."""
+
+    __slots__ = ("stream", "uid")
+
+    def __init__(self, stream: str, uid: str) -> None:
+        self.stream = stream
+        self.uid = uid
 
 
 class StreamArrivals:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self._announced: dict[str, float] = {}
+        self._passes: dict[str, set[ConsumerPass]] = {}
+        self._ended: dict[str, tuple[str, float]] = {}  # consumer uid: (stream, when)
+        self._gatherings: dict[str, tuple[set[str], asyncio.Event]] = {}
 
     def announce(self, stream: str) -> None:
         """The stream now exists in NATS: wake whoever waits for it."""
@@ -44,3 +67,70 @@ class StreamArrivals:
         except TimeoutError:
             return False
         return True
+
+    def begin(self, stream: str, uid: str) -> ConsumerPass:
+        """A consumer's pass on this stream starts; `end` it whatever happens."""
+        consumer_pass = ConsumerPass(stream, uid)
+        self._passes.setdefault(stream, set()).add(consumer_pass)
+        return consumer_pass
+
+    def end(self, consumer_pass: ConsumerPass) -> bool:
+        """The pass is over. True when the stream's handler is gathering: it looks at the
+        stream after this, so whatever the pass made is counted there."""
+        stream, now = consumer_pass.stream, time.monotonic()
+        passes = self._passes.get(stream)
+        if passes is not None:
+            passes.discard(consumer_pass)
+            if not passes:
+                del self._passes[stream]
+        self._ended[consumer_pass.uid] = (stream, now)
+        for uid, (_, when) in list(self._ended.items()):
+            if now - when <= RECENT:
+                break  # in the order they ended
+            del self._ended[uid]
+        gathering = self._gatherings.get(stream)
+        if gathering is None:
+            return False
+        expected, done = gathering
+        expected.discard(consumer_pass.uid)
+        if not expected:
+            done.set()
+        return True
+
+    async def created(
+        self, stream: str, new_consumers: set[str], timeout: float, start_within: float
+    ) -> bool:
+        """The stream was just made: announce it, then wait until the passes of these new
+        consumers (uids) on it have ended, or the timeout passed. A consumer whose pass has
+        not begun within `start_within` is queued behind others (a worker limit) and is not
+        waited for any longer. True when a look at the stream now finds more than its creation
+        did: a pass that ended meanwhile may have made a consumer (a pass ending later learns
+        from `end` that it was not counted)."""
+        now = time.monotonic()
+        ended = {
+            uid
+            for uid, (name, when) in self._ended.items()
+            if name == stream and now - when <= RECENT
+        }
+        expected = (new_consumers | self._under_way(stream)) - ended
+        self.announce(stream)
+        if not expected or stream in self._gatherings:
+            # Nothing to wait for, or a same-named stream of another connection is gathering.
+            return bool(ended)
+        done = asyncio.Event()
+        self._gatherings[stream] = (expected, done)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), min(start_within, timeout))
+            expected &= self._under_way(stream)  # those not begun yet wait for a worker
+            if expected:
+                await asyncio.wait_for(done.wait(), max(0.0, timeout - start_within))
+        except TimeoutError:
+            logger.info("consumers of new stream %s still under way after %.1f s", stream, timeout)
+        finally:
+            if self._gatherings.get(stream, (None,))[0] is expected:
+                del self._gatherings[stream]
+        return True
+
+    def _under_way(self, stream: str) -> set[str]:
+        return {consumer_pass.uid for consumer_pass in self._passes.get(stream, ())}

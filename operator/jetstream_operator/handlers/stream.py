@@ -6,7 +6,7 @@ rest, from ownership to backoff, is the same for all of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -54,13 +54,16 @@ async def reconcile(
     known_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
     history: History | None = None,
+    created: Callable[[str], Awaitable[bool]] | None = None,
 ) -> Result:
     """Bring the stream on the server in line with the spec, and say how it went.
 
     `drift` marks a pass started by a change on the server rather than in the spec, so the
     event says what happened. `known_info` is the stream's info from a listing, which saves a
     request when the stream turns out to be in sync. `history` brings backoff, one Warning per
-    distinct failure, and the guard against sending the same update twice.
+    distinct failure, and the guard against sending the same update twice. `created` is told
+    the name of a stream just made; True means it has been added to since (consumers applied
+    with it), so the status must come from a fresh look.
     """
     try:
         stream_spec = kind.stream_spec(spec)
@@ -85,10 +88,12 @@ async def reconcile(
             match action:
                 case CreateStream(config=config):
                     info = await jetstream.create_stream(config)
+                    added_to = created is not None and await created(name)
                     # In a cluster the create reply shows the replicas before they caught up:
                     # one INFO now saves a status write later, so status is complete when
-                    # Ready. A single server's reply is already what INFO would say.
-                    if clustered(info):
+                    # Ready. A single server's reply is already what INFO would say, unless
+                    # consumers were made on the stream since.
+                    if added_to or clustered(info):
                         info = await jetstream.stream_info(name) or info
                     events.append(_creation_event(kind, spec, name, drift, history))
                     if events[-1].type == "Warning":
