@@ -53,10 +53,12 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 import identities  # noqa: E402
 from operator_bench import (  # noqa: E402
+    APPLY_ORDERS,
     RESYNC_INTERVAL,
     ApiAudit,
     ObjectWatch,
     apiserver_writes,
+    applied,
     breakdown,
     cpu_line,
     deadline_guard,
@@ -71,6 +73,7 @@ from operator_bench import (  # noqa: E402
     wait_ready,
     watching,
 )
+from operator_bench import Bench as OurBench  # noqa: E402
 
 RESULTS = BENCH_DIR / "results"
 NACK_MODULE = "github.com/nats-io/nack"
@@ -271,21 +274,23 @@ class Bench:
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         return name
 
-    def create_many(self, namespace: str, plural: str, bodies: list[dict[str, Any]]) -> None:
-        """As the user would: the applier identity, 8 at a time."""
-
-        def create(body: dict[str, Any]) -> None:
-            self.applier.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
-            )
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(create, bodies))
+    def create_one(self, namespace: str, plural: str, body: dict[str, Any]) -> None:
+        """As the user would: the applier identity."""
+        self.applier.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
+        )
 
     def apply_all(self, namespace: str, size: int, prefix: str) -> float:
+        """In the order ours are applied (`--apply-order`)."""
         started = time.perf_counter()
-        self.create_many(namespace, "streams", [stream_body(i, prefix) for i in range(size)])
-        self.create_many(namespace, "consumers", [consumer_body(i, prefix) for i in range(size)])
+        phases = applied(
+            [stream_body(i, prefix) for i in range(size)],
+            [consumer_body(i, prefix) for i in range(size)],
+            OurBench.apply_order,
+        )
+        for phase in phases:  # 8 at a time
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda item: self.create_one(namespace, *item), phase))
         return time.perf_counter() - started
 
     def watch(self, namespace: str, plural: str) -> ObjectWatch:
@@ -517,7 +522,9 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=4 * 3600, help="seconds for everything")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the .md goes")
     parser.add_argument("--identities", choices=identities.MODES, default="admin")
+    parser.add_argument("--apply-order", choices=APPLY_ORDERS, default="kinds")
     args = parser.parse_args()
+    OurBench.apply_order = args.apply_order
     if args.nack_bin is None:
         parser.error("--nack-bin (or NACK_BIN) is required: see docs/benchmarks.md")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))

@@ -72,6 +72,12 @@ WATCH_RESTARTS = 50
 
 
 OPERATOR_ENV: dict[str, str] = {}
+Phase = list[tuple[str, dict[str, Any]]]
+"""Objects to apply 8 at a time, as (plural, body)."""
+APPLY_ORDERS = ("kinds", "pairs")
+"""How the N Streams and N Consumers are applied: every stream, then every consumer (as
+`kubectl apply -f` of a folder with a file per kind), or each stream followed by its consumer
+(a file per application)."""
 """Settings every operator of the run gets (--operator-env), e.g. JETSTREAM_OPERATOR_EVENTS."""
 
 
@@ -329,6 +335,8 @@ def watching(watches: list[ObjectWatch]) -> Iterator[list[ObjectWatch]]:
 class Bench:
     identity_mode = "admin"
     """identities.MODES: every bench of a run uses the same (--identities)."""
+    apply_order = "kinds"
+    """APPLY_ORDERS, the same for every bench of a run (--apply-order)."""
     profiling = False
     """Serve kube-apiserver's /debug/pprof (--apiserver-profile)."""
 
@@ -397,16 +405,21 @@ class Bench:
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         return name
 
+    def create_one(self, namespace: str, plural: str, body: dict[str, Any]) -> None:
+        """As the user would: the applier identity."""
+        self.applier.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
+        )
+
     def create_many(self, namespace: str, plural: str, bodies: list[dict[str, Any]]) -> None:
-        """As the user would: the applier identity, 8 at a time."""
+        """8 at a time."""
+        self.create_in_order(namespace, [[(plural, body) for body in bodies]])
 
-        def create(body: dict[str, Any]) -> None:
-            self.applier.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
-            )
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(create, bodies))
+    def create_in_order(self, namespace: str, phases: list[Phase]) -> None:
+        """Phases (see `applied`) one after another, each 8 at a time."""
+        for phase in phases:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda item: self.create_one(namespace, *item), phase))
 
     def watch(
         self, namespace: str, plural: str, kind_of: Callable[[dict[str, Any]], str] | None = None
@@ -572,11 +585,22 @@ def floor_status_patches(
     return time.perf_counter() - started
 
 
-def time_apply(create: Callable[[str, str, list[dict[str, Any]]], None], size: int) -> float:
-    """Applying N Streams and N Consumers (prefix A<size>) into `apply-only-<size>`, timed."""
+def applied(
+    streams: list[dict[str, Any]], consumers: list[dict[str, Any]], order: str
+) -> list[Phase]:
+    """The phases of applying streams and their consumers in one of `APPLY_ORDERS`."""
+    if order == "pairs":
+        pairs = zip(streams, consumers, strict=True)
+        return [[item for s, c in pairs for item in (("streams", s), ("consumers", c))]]
+    return [[("streams", body) for body in streams], [("consumers", body) for body in consumers]]
+
+
+def time_apply(bench: Bench, namespace: str, size: int, order: str) -> float:
+    """Applying N Streams and N Consumers (prefix A<size>) into `namespace`, timed."""
     started = time.perf_counter()
-    create("streams", f"A{size}", [stream_body(i, f"A{size}") for i in range(size)])
-    create("consumers", f"A{size}", [consumer_body(i) for i in range(size)])
+    streams = [stream_body(i, f"A{size}") for i in range(size)]
+    consumers = [consumer_body(i) for i in range(size)]
+    bench.create_in_order(namespace, applied(streams, consumers, order))
     return time.perf_counter() - started
 
 
@@ -600,7 +624,8 @@ def convergence(
     namespaces: list[str],
     before_apply: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """N Streams and N Consumers spread over `namespaces`, timed until all are Ready; then
+    """N Streams and N Consumers spread over `namespaces`, applied in `Bench.apply_order`,
+    timed until all are Ready; then
     `settle` seconds of watching for the writes that follow (Ready is not done while status is
     still being corrected)."""
     warm_up(bench)
@@ -615,23 +640,23 @@ def convergence(
         writes_before = bench.writes()
         cpu_before, waits_before = bench.cpu_seconds(), bench.flow_control()
         started = time.perf_counter()
+        phases = [
+            applied(
+                [stream_body(i, prefix) for i in part],
+                [consumer_body(i) for i in part],
+                bench.apply_order,
+            )
+            for part in parts
+        ]
         with ThreadPoolExecutor(max_workers=len(namespaces)) as pool:
-            list(
-                pool.map(
-                    lambda part: bench.create_many(
-                        part[0], "streams", [stream_body(i, prefix) for i in part[1]]
-                    ),
-                    zip(namespaces, parts, strict=True),
+            for step in range(len(phases[0])):  # each namespace's first phase, then the next
+                list(
+                    pool.map(
+                        bench.create_in_order,
+                        namespaces,
+                        [[each[step]] for each in phases],
+                    )
                 )
-            )
-            list(
-                pool.map(
-                    lambda part: bench.create_many(
-                        part[0], "consumers", [consumer_body(i) for i in part[1]]
-                    ),
-                    zip(namespaces, parts, strict=True),
-                )
-            )
         created = time.perf_counter() - started
         t0 = time.monotonic() - (time.perf_counter() - started)
         wanted = [len(part) for part in parts for _plural in ("streams", "consumers")]
@@ -692,9 +717,7 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
         operator.stop()
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
     namespace = bench.namespace(f"apply-only-{size}")
-    row["apply"] = time_apply(
-        lambda plural, _prefix, bodies: bench.create_many(namespace, plural, bodies), size
-    )
+    row["apply"] = time_apply(bench, namespace, size, bench.apply_order)
     row["patches"] = floor_status_patches(bench.as_controller, namespace, size)
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
@@ -1192,7 +1215,8 @@ def cpu_line(row: dict[str, Any]) -> str:
 def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Namespace) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in sorted(OPERATOR_ENV.items())) or "defaults"
     lines = [
-        f"Machine: {machine()}; operator settings: {settings}; identities: {Bench.identity_mode}",
+        f"Machine: {machine()}; operator settings: {settings}; identities: {Bench.identity_mode}; "
+        f"applied: {Bench.apply_order}",
         "",
         *(convergence_table(rows) if rows else []),
     ]
@@ -1336,6 +1360,12 @@ def main() -> int:
         help="workload: flow control on, controllers as a ServiceAccount, applies as a user",
     )
     parser.add_argument(
+        "--apply-order",
+        choices=APPLY_ORDERS,
+        default="kinds",
+        help="kinds: every stream, then every consumer; pairs: each stream with its consumer",
+    )
+    parser.add_argument(
         "--operator-env",
         action="append",
         default=[],
@@ -1345,6 +1375,7 @@ def main() -> int:
     args = parser.parse_args()
     OPERATOR_ENV.update(pair.split("=", 1) for pair in args.operator_env)
     Bench.identity_mode = args.identities
+    Bench.apply_order = args.apply_order
     Bench.profiling = args.apiserver_profile is not None
     if args.sizes and args.idle_size and args.idle_size not in args.sizes:
         parser.error("--idle-size must be one of --sizes, or 0")
