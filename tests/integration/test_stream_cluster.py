@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import nats
@@ -154,3 +155,71 @@ async def test_leader_node_killed_stream_stays_managed_and_recovery_shows(
         assert info is not None and info["state"]["messages"] == 5
     finally:
         await connection.close()
+
+
+async def test_a_stream_on_a_stopped_node_keeps_its_status_while_the_cluster_lists_it_empty(
+    resources: Resources, nats_cluster: Any, namespace: str
+) -> None:
+    """With its only peer shut down, the cluster still lists an R1 stream, with an empty state
+    (no messages, no consumers) and its name under `missing` or `offline`. Status keeps what
+    was last seen instead of writing zeros, and nothing is repaired meanwhile."""
+    stream = namespace.replace("-", "_").upper()
+    resources.create(
+        "streams",
+        {
+            "kind": "Stream",
+            "metadata": {"name": "lonely"},
+            "spec": {"name": stream, "replicas": 1, "subjects": [f"{stream.lower()}.>"]},
+        },
+    )
+    resources.create(
+        "consumers",
+        {
+            "kind": "Consumer",
+            "metadata": {"name": "lonely-reader"},
+            "spec": {"durableName": "READER", "streamRef": "lonely"},
+        },
+    )
+    await eventually(lambda: _is_ready(resources, "lonely"), timeout=60)
+    connection = await nats.connect(servers=list(nats_cluster.urls))
+    try:
+        js = connection.jetstream()
+        for index in range(3):
+            await js.publish(f"{stream.lower()}.x", str(index).encode())
+    finally:
+        await connection.close()
+
+    def shown() -> dict[str, Any]:
+        status: dict[str, Any] = (resources.get("streams", "lonely") or {}).get("status") or {}
+        return status
+
+    async def counted() -> dict[str, Any] | None:
+        status = shown()
+        whole = status.get("consumerCount") == 1 and status.get("messages") == 3
+        return status if whole and is_ready(resources.get("streams", "lonely")) else None
+
+    status = await eventually(counted, timeout=60)
+    host = nats_cluster.node(status["leader"])
+    host.stop()  # a graceful shutdown: the others mark it offline at once
+    try:
+        others = [node.url for node in nats_cluster.nodes if node is not host]
+        connection = await nats.connect(servers=others)
+        try:
+
+            async def listed_unseen() -> bool:
+                try:
+                    page = await JetStreamApi(connection).request("STREAM.LIST", {})
+                except Exception:  # the meta layer may be electing: ask again
+                    return False
+                return stream in set(page.get("missing") or ()) | set(page.get("offline") or {})
+
+            await eventually(listed_unseen, timeout=60)
+            for _ in range(8):  # four resyncs of the tests' 2 s
+                now = shown()
+                assert (now.get("consumerCount"), now.get("messages")) == (1, 3), now
+                await asyncio.sleep(1)
+        finally:
+            await connection.close()
+    finally:
+        host.start()
+    await eventually(counted, timeout=90)

@@ -20,7 +20,7 @@ from jetstream_operator.handlers.drift import DriftWatcher, WatchSettings
 from jetstream_operator.handlers.failures import FailureMemory, History
 from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.handlers.status_writes import StatusBudget
-from jetstream_operator.nats.jsapi import JetStreamError
+from jetstream_operator.nats.jsapi import JetStreamError, StreamListing
 from jetstream_operator.nats.pool import ConnectionTarget
 from jetstream_operator.reconcile.backed import STREAM_KIND
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
@@ -41,6 +41,7 @@ class FakeJetStream:
         self.consumer_counts: dict[str, int] = {}
         self.after_listing: Callable[[], Awaitable[None]] | None = None
         self.cluster: dict[str, Any] | None = None
+        self.unseen: set[str] = set()
 
     def _info(self, name: str) -> dict[str, Any]:
         info = {
@@ -67,13 +68,17 @@ class FakeJetStream:
     async def update_stream(self, config: dict[str, Any]) -> dict[str, Any]:
         return await self._store("UPDATE", config)
 
-    async def list_streams(self) -> list[dict[str, Any]]:
+    async def stream_listing(self) -> StreamListing:
+        """As a cluster lists: a stream in `unseen` comes with an empty state."""
         self.requests.append("LIST")
-        listed = [self._info(name) for name in self.streams]
+        listed = [
+            {**self._info(name), "state": {}} if name in self.unseen else self._info(name)
+            for name in self.streams
+        ]
         if self.after_listing is not None:
             hook, self.after_listing = self.after_listing, None
             await hook()  # what happens while the listing is on its way
-        return listed
+        return StreamListing(listed, frozenset(self.unseen))
 
     def sent(self, operation: str) -> int:
         return sum(1 for request in self.requests if request.startswith(operation))
@@ -457,3 +462,22 @@ async def test_a_listing_older_than_a_handlers_look_does_not_write_its_older_cou
     server.after_listing = handler_pass
     await drift.resync(server)  # type: ignore[arg-type]  # its listing still says 0
     assert writer.patches == []
+
+
+async def test_a_stream_whose_peers_are_all_offline_keeps_its_status() -> None:
+    """A cluster lists it with an empty state and names it missing: that is not a stream that
+    lost its consumers and messages, and nothing is written or repaired until it is seen."""
+    server, writer, drift = await one_stream_in_sync()
+    server.consumer_counts["ORDERS"] = 1
+    await drift.resync(server)  # type: ignore[arg-type]
+    assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
+    resource = next(iter(drift._streams))
+    resource.body["status"] = {**resource.status, **writer.patches[-1][1]}
+    writer.patches.clear()
+    server.unseen = {"ORDERS"}
+    server.requests.clear()
+    await drift.resync(server)  # type: ignore[arg-type]
+    assert writer.patches == [] and server.requests == ["LIST"]
+    server.unseen = set()
+    await drift.resync(server)  # type: ignore[arg-type]
+    assert writer.patches == []  # seen again, and in sync

@@ -428,11 +428,11 @@ class DriftWatcher:
         each; more cost one listing (a request per 256 streams)."""
         names, self._recount = self._recount, set()
         as_of = asyncio.get_running_loop().time()
+        infos: Mapping[str, Mapping[str, Any] | None]
         if len(names) <= RECOUNT_BY_INFO:
             infos = {name: await jetstream.stream_info(name) for name in names}
         else:
-            listed = await jetstream.list_streams()
-            infos = {str(info.get("config", {}).get("name")): info for info in listed}
+            infos = (await jetstream.stream_listing()).seen()  # the unseen wait for a resync
         await all_of(
             self._repair(STREAM_KIND.resource, resource, jetstream, infos[name], as_of=as_of)
             for name in names
@@ -494,20 +494,24 @@ class DriftWatcher:
     async def resync(self, jetstream: JetStreamApi) -> None:
         """One paged listing of all streams, and of the consumers the sweep chooses."""
         as_of = asyncio.get_running_loop().time()
-        infos = {
-            str(info.get("config", {}).get("name")): info for info in await jetstream.list_streams()
-        }
+        listing = await jetstream.stream_listing()
+        infos = listing.seen()
+        if listing.unseen:
+            # Left as they are until a listing sees them: an empty state stands in for theirs.
+            logger.info("stream state unknown this resync: %s", ", ".join(sorted(listing.unseen)))
         await all_of(
             self._repair(kind.resource, resource, jetstream, infos.get(name), as_of=as_of)
             for kind, registry in self._backed.items()
             for resource in registry
-            if (name := kind.stream_name(resource.spec)) is not None
+            if (name := kind.stream_name(resource.spec)) is not None and name not in listing.unseen
         )
         by_stream: dict[str, list[TrackedResource]] = {}
         for resource in self._consumers:
             if not self.belongs(resource):
                 continue
             stream = consumer_stream(resource, self._streams)
+            if stream is not None and stream in listing.unseen:
+                continue
             if stream is None or stream not in infos:
                 await self._repair(CONSUMER, resource, jetstream, None)
             else:

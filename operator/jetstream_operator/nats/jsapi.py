@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client
@@ -48,6 +49,23 @@ _CONNECTION_TROUBLE = (
     OutboundBufferLimitError,
     StaleConnectionError,
 )
+
+
+@dataclass(frozen=True)
+class StreamListing:
+    """A paged STREAM.LIST. In a cluster, a stream whose peers are all offline is listed with
+    its configuration and an empty state (no messages, no consumers, replicas offline) and
+    named in `missing`, as is one whose leader did not answer in time; one that knows why it is
+    offline is named in `offline` instead. Those names are `unseen`: their state is unknown,
+    not empty."""
+
+    infos: list[dict[str, Any]]
+    unseen: frozenset[str]
+
+    def seen(self) -> dict[str, dict[str, Any]]:
+        """The listed streams whose state the servers saw, by name."""
+        named = ((str((info.get("config") or {}).get("name")), info) for info in self.infos)
+        return {name: info for name, info in named if name not in self.unseen}
 
 
 def pedantic_stream(config: ServerConfig) -> dict[str, Any]:
@@ -178,15 +196,22 @@ class JetStreamApi:
 
     async def list_streams(self) -> list[dict[str, Any]]:
         """Every stream's info, a page of up to 256 per request."""
+        return (await self.stream_listing()).infos
+
+    async def stream_listing(self) -> StreamListing:
+        """Every stream's info, and the names of those whose state the servers did not see."""
         infos: list[dict[str, Any]] = []
+        unseen: set[str] = set()
         offset = 0
         while True:
             page = await self.request("STREAM.LIST", {"offset": offset})
             streams = page.get("streams") or []
             infos.extend(streams)
+            unseen.update(page.get("missing") or ())
+            unseen.update(page.get("offline") or {})
             offset += len(streams)
             if not streams or offset >= int(page.get("total", 0)):
-                return infos
+                return StreamListing(infos, frozenset(unseen))
 
     async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any] | None:
         """The consumer's info, or None when it (or its stream) does not exist."""
