@@ -10,7 +10,7 @@ import pytest
 
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_on_cluster")]
 
@@ -96,8 +96,8 @@ async def test_placement_and_replicas_change_together(
         await connection.close()
 
 
-async def _is_ready(resources: Resources, name: str) -> bool:
-    return is_ready(resources.get("streams", name))
+async def _is_ready(resources: Resources, name: str, plural: str = "streams") -> bool:
+    return is_ready(resources.get(plural, name))
 
 
 async def test_leader_node_killed_stream_stays_managed_and_recovery_shows(
@@ -162,7 +162,8 @@ async def test_a_stream_on_a_stopped_node_keeps_its_status_while_the_cluster_lis
 ) -> None:
     """With its only peer shut down, the cluster still lists an R1 stream, with an empty state
     (no messages, no consumers) and its name under `missing` or `offline`. Status keeps what
-    was last seen instead of writing zeros, and nothing is repaired meanwhile."""
+    was last seen instead of writing zeros, says the stream is offline, and is Ready again
+    once the node is back."""
     stream = namespace.replace("-", "_").upper()
     resources.create(
         "streams",
@@ -218,8 +219,21 @@ async def test_a_stream_on_a_stopped_node_keeps_its_status_while_the_cluster_lis
                 now = shown()
                 assert (now.get("consumerCount"), now.get("messages")) == (1, 3), now
                 await asyncio.sleep(1)
+
+            async def said_offline() -> tuple[str, str] | None:
+                stream_reason = condition(resources.get("streams", "lonely")).get("reason")
+                consumer = condition(resources.get("consumers", "lonely-reader"))
+                # The consumer says so too, or says what its own look at NATS met.
+                if stream_reason == "StreamOffline" and consumer.get("status") == "False":
+                    return stream_reason, str(consumer.get("reason"))
+                return None
+
+            await eventually(said_offline, timeout=30)
+            now = shown()
+            assert (now.get("consumerCount"), now.get("messages")) == (1, 3), now
         finally:
             await connection.close()
     finally:
         host.start()
     await eventually(counted, timeout=90)
+    await eventually(lambda: _is_ready(resources, "lonely-reader", "consumers"), timeout=30)

@@ -78,7 +78,7 @@ class FakeJetStream:
         if self.after_listing is not None:
             hook, self.after_listing = self.after_listing, None
             await hook()  # what happens while the listing is on its way
-        return StreamListing(listed, frozenset(self.unseen))
+        return StreamListing(listed, {name: "" for name in self.unseen})
 
     def sent(self, operation: str) -> int:
         return sum(1 for request in self.requests if request.startswith(operation))
@@ -464,20 +464,38 @@ async def test_a_listing_older_than_a_handlers_look_does_not_write_its_older_cou
     assert writer.patches == []
 
 
-async def test_a_stream_whose_peers_are_all_offline_keeps_its_status() -> None:
+async def test_a_stream_whose_peers_are_all_offline_keeps_its_status_and_says_so() -> None:
     """A cluster lists it with an empty state and names it missing: that is not a stream that
-    lost its consumers and messages, and nothing is written or repaired until it is seen."""
+    lost its consumers and messages. Nothing is written or repaired from that listing; after
+    two such listings in a row its condition says so, once; seen again, it is Ready again."""
     server, writer, drift = await one_stream_in_sync()
     server.consumer_counts["ORDERS"] = 1
     await drift.resync(server)  # type: ignore[arg-type]
     assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
     resource = next(iter(drift._streams))
-    resource.body["status"] = {**resource.status, **writer.patches[-1][1]}
-    writer.patches.clear()
+
+    def delivered() -> None:  # as the watch brings the status written
+        for _, patch in writer.patches:
+            resource.body["status"] = {**resource.status, **patch}
+        writer.patches.clear()
+
+    def reason() -> str:
+        ready = [c for c in resource.status["conditions"] if c["type"] == "Ready"]
+        return str(ready[0]["reason"])
+
+    delivered()
     server.unseen = {"ORDERS"}
     server.requests.clear()
     await drift.resync(server)  # type: ignore[arg-type]
     assert writer.patches == [] and server.requests == ["LIST"]
+    await drift.resync(server)  # type: ignore[arg-type]
+    assert [set(patch) for _, patch in writer.patches] == [{"conditions"}]
+    delivered()
+    assert reason() == "StreamOffline" and resource.status["consumerCount"] == 1
+    await drift.resync(server)  # type: ignore[arg-type]
+    assert writer.patches == []  # said once
     server.unseen = set()
     await drift.resync(server)  # type: ignore[arg-type]
-    assert writer.patches == []  # seen again, and in sync
+    await drift._repair_pending(server)  # type: ignore[arg-type]  # as the run loop does next
+    delivered()
+    assert reason() == "Synced" and resource.status["consumerCount"] == 1

@@ -28,6 +28,7 @@ from ..nats.advisories import subscribe_changes
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
 from ..reconcile.backed import STREAM_KIND, StreamBackedKind
+from ..reconcile.conditions import Outcome
 from . import consumer as consumer_handlers
 from . import stream as stream_handlers
 from .failures import FailureMemory, History
@@ -55,6 +56,10 @@ RECOUNT_BY_INFO = 8
 FIRST_STATUS_WAIT = 60.0
 """Seconds a new consumer waits for its stream's first status before showing on its count (and
 before reporting Ready itself); past it, the advisory's recount shows the consumer later."""
+UNSEEN_RESYNCS = 2
+"""Listings in a row that could not see a stream's state before its status says so: one such
+listing can be a leader answering late."""
+
 PARALLEL_REPAIRS = 8
 """Resources repaired at once from one listing: a burst of status writes (consumer counts after
 thousands of consumers were made) then takes seconds rather than a write's latency each."""
@@ -254,6 +259,7 @@ class DriftWatcher:
         self._second_looks: dict[tuple[str, str], int] = {}
         self._first_status: dict[str, asyncio.Event] = {}
         self._looked_at: dict[str, float] = {}
+        self._unseen: dict[str, int] = {}  # stream: listings in a row without its state
         self._wakeup = asyncio.Event()
         share = settings.resync_interval / settings.consumer_resync_interval
         # Without advisories the sweep is the only way to see a change: no idle discount.
@@ -336,20 +342,52 @@ class DriftWatcher:
         result = unavailable(error)
         for kind, registry in self._registries():
             for resource in registry:
-                if not needs_care(resource) or not self.belongs(resource):
-                    continue
-                patch = status_patch(resource, result)
-                if patch is None:
-                    continue
-                try:
-                    written = await self._writer.patch_status(
-                        kind.plural, resource.owner.namespace, resource.owner.name, patch
-                    )
-                except Exception:
-                    logger.exception("could not show the outage on %s", resource.owner.describe())
-                    continue
-                if written:
-                    resource.body = {**resource.body, "status": {**resource.status, **patch}}
+                if needs_care(resource) and self.belongs(resource):
+                    await self._write_status(kind, resource, result)
+
+    async def _show_unseen(self, unseen: Mapping[str, str]) -> None:
+        """Streams the cluster listed without their state (servers offline, or no answer)
+        keep their status; after `UNSEEN_RESYNCS` listings in a row their resources and their
+        consumers say so (Reconciling, not Stalled). Once seen again, they are looked at at
+        once, as after an advisory."""
+        for name in [name for name in self._unseen if name not in unseen]:
+            if self._unseen.pop(name) >= UNSEEN_RESYNCS:
+                self._pending_streams.add(name)
+        for name, reason in unseen.items():
+            self._unseen[name] = self._unseen.get(name, 0) + 1
+            if self._unseen[name] != UNSEEN_RESYNCS:
+                continue
+            logger.info("stream %s unseen in %d listings: %s", name, UNSEEN_RESYNCS, reason)
+            why = reason or "its servers are offline or did not answer in time"
+            message = (
+                f"NATS could not report stream {name}: {why}. Status shows what it last "
+                "reported; it is looked at again at every resync."
+            )
+            result = Result(Outcome(False, "StreamOffline", message), retry=True)
+            holders = [
+                (kind.resource, resource) for kind, resource in declaring(name, self._backed)
+            ]
+            users = consumers_of(name, self._consumers, self._streams)
+            for kind, resource in [*holders, *((CONSUMER, user) for user in users)]:
+                if needs_care(resource) and self.belongs(resource):
+                    await self._write_status(kind, resource, result)
+
+    async def _write_status(
+        self, kind: ResourceKind, resource: TrackedResource, result: Result
+    ) -> None:
+        """A status that shows a condition of the connection or the server, not of a pass."""
+        patch = status_patch(resource, result)
+        if patch is None:
+            return
+        try:
+            written = await self._writer.patch_status(
+                kind.plural, resource.owner.namespace, resource.owner.name, patch
+            )
+        except Exception:
+            logger.exception("could not write the status of %s", resource.owner.describe())
+            return
+        if written:
+            resource.body = {**resource.body, "status": {**resource.status, **patch}}
 
     def _registries(self) -> list[tuple[ResourceKind, ResourceRegistry]]:
         kinds = [(kind.resource, registry) for kind, registry in self._backed.items()]
@@ -496,9 +534,8 @@ class DriftWatcher:
         as_of = asyncio.get_running_loop().time()
         listing = await jetstream.stream_listing()
         infos = listing.seen()
-        if listing.unseen:
-            # Left as they are until a listing sees them: an empty state stands in for theirs.
-            logger.info("stream state unknown this resync: %s", ", ".join(sorted(listing.unseen)))
+        # Left as they are until a listing sees them: an empty state stands in for theirs.
+        await self._show_unseen(listing.unseen)
         await all_of(
             self._repair(kind.resource, resource, jetstream, infos.get(name), as_of=as_of)
             for kind, registry in self._backed.items()

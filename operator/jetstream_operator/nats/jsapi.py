@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +56,11 @@ class StreamListing:
     """A paged STREAM.LIST. In a cluster, a stream whose peers are all offline is listed with
     its configuration and an empty state (no messages, no consumers, replicas offline) and
     named in `missing`, as is one whose leader did not answer in time; one that knows why it is
-    offline is named in `offline` instead. Those names are `unseen`: their state is unknown,
-    not empty."""
+    offline is named in `offline` instead, with the reason. Those are `unseen` (name: reason,
+    or ""): their state is unknown, not empty."""
 
     infos: list[dict[str, Any]]
-    unseen: frozenset[str]
+    unseen: Mapping[str, str]
 
     def seen(self) -> dict[str, dict[str, Any]]:
         """The listed streams whose state the servers saw, by name."""
@@ -201,17 +201,17 @@ class JetStreamApi:
     async def stream_listing(self) -> StreamListing:
         """Every stream's info, and the names of those whose state the servers did not see."""
         infos: list[dict[str, Any]] = []
-        unseen: set[str] = set()
+        unseen: dict[str, str] = {}
         offset = 0
         while True:
             page = await self.request("STREAM.LIST", {"offset": offset})
             streams = page.get("streams") or []
             infos.extend(streams)
-            unseen.update(page.get("missing") or ())
-            unseen.update(page.get("offline") or {})
+            unseen.update((str(name), "") for name in page.get("missing") or ())
+            unseen.update((str(k), str(v)) for k, v in (page.get("offline") or {}).items())
             offset += len(streams)
             if not streams or offset >= int(page.get("total", 0)):
-                return StreamListing(infos, frozenset(unseen))
+                return StreamListing(infos, unseen)
 
     async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any] | None:
         """The consumer's info, or None when it (or its stream) does not exist."""
