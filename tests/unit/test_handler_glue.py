@@ -499,3 +499,30 @@ async def test_a_stream_whose_peers_are_all_offline_keeps_its_status_and_says_so
     await drift._repair_pending(server)  # type: ignore[arg-type]  # as the run loop does next
     delivered()
     assert reason() == "Synced" and resource.status["consumerCount"] == 1
+
+
+@pytest.mark.parametrize(("recounted", "listing"), [(10, False), (11, True)])
+async def test_a_recount_of_a_few_streams_among_many_asks_each_not_the_whole_account(
+    recounted: int, listing: bool
+) -> None:
+    """A listing returns every stream of the account; up to a quarter of them (10 of 40 here)
+    are asked for one by one, more by a listing."""
+    server = FakeJetStream()
+    streams = ResourceRegistry()
+    writer = RecordingWriter()
+    for index in range(40):
+        streams.observe("ADDED", stream_body(f"s{index}", f"uid-{index}", {"name": f"S{index}"}))
+    drift = watcher(streams, writer, FailureMemory())
+    await drift.resync(server)  # type: ignore[arg-type]  # creates them
+    for resource, (_, patch) in zip(streams, writer.patches, strict=True):
+        resource.body["status"] = {**resource.status, **patch}
+    await drift.resync(server)  # type: ignore[arg-type]  # lists 40
+    writer.patches.clear()
+    server.requests.clear()
+    for index in range(recounted):
+        server.consumer_counts[f"S{index}"] = 1
+        await drift.notify_consumer(f"S{index}", "C")
+    await drift._refresh_counts(server)  # type: ignore[arg-type]
+    assert server.sent("LIST") == (1 if listing else 0)
+    assert server.sent("INFO") == (0 if listing else recounted)
+    assert sum(patch.get("consumerCount") == 1 for _, patch in writer.patches) == recounted
