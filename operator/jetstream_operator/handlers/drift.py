@@ -481,8 +481,8 @@ class DriftWatcher:
 
     async def _refresh_counts(self, jetstream: JetStreamApi) -> None:
         """Refresh the status of streams whose consumers came or went, so a Stream shows its
-        consumer count within seconds instead of at the next resync. A few streams cost an INFO
-        each; more cost one listing (a request per 256 streams)."""
+        consumer count within seconds instead of at the next resync. Up to a quarter of the
+        account's streams cost an INFO each; more cost one listing of them all."""
         names, self._recount = self._recount, set()
         as_of = asyncio.get_running_loop().time()
         infos: Mapping[str, Mapping[str, Any] | None]
