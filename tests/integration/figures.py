@@ -27,7 +27,7 @@ def difference(after: Counter[str], before: Counter[str]) -> dict[str, int]:
     return {key: after[key] - before[key] for key in after if after[key] != before[key]}
 
 
-async def quiet_writes(plane: Any, still: float = 2.0, timeout: float = 30.0) -> Counter[str]:
+async def writes_once_quiet(plane: Any, still: float = 2.0, timeout: float = 30.0) -> Counter[str]:
     """The writes so far, once none has come for `still` seconds: what earlier tests' resources
     still write (a last count, a deletion) must not be counted as the next test's."""
     loop = asyncio.get_running_loop()

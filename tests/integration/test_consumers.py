@@ -17,7 +17,7 @@ from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant
-from .figures import ApiAudit, apiserver_writes, difference, quiet_writes
+from .figures import ApiAudit, apiserver_writes, difference, writes_once_quiet
 from .helpers import Resources, condition, eventually, fill, is_ready, is_subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -285,7 +285,7 @@ async def test_a_stream_applied_with_its_consumers_writes_its_status_once(
     base = base_name(namespace)
     streams = [f"app{i}" for i in range(4)]
     consumers = [f"{stream}-reader{j}" for stream in streams for j in range(2)]
-    before = await quiet_writes(control_plane)
+    before = await writes_once_quiet(control_plane)
     for i, stream in enumerate(streams):
         resources.create("streams", stream_manifest(stream, f"{base}_{i}", [f"{stream}.{base}"]))
         for j in range(2):
