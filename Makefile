@@ -82,6 +82,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy bench
+	$(VENV)/bin/mypy tests
 
 # The image and one-node cluster tests alone (part of make test): the image built from this
 # checkout, the chart installed with it on a kubelet + containerd node the tests start.

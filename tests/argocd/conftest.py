@@ -31,6 +31,7 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name
     nc,
     resources,
 )
+from tests.integration.helpers import json_body
 
 ARGOCD_CM_PATCH = ROOT / "docs" / "argocd" / "argocd-cm.yaml"
 HERE = Path(__file__).parent
@@ -160,10 +161,11 @@ class Applications:
         self.created.append(body["metadata"]["name"])
 
     def get(self, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            self.GROUP, self.VERSION, argocd_env.NAMESPACE, self.PLURAL, name
+        return json_body(
+            self.custom.get_namespaced_custom_object(
+                self.GROUP, self.VERSION, argocd_env.NAMESPACE, self.PLURAL, name
+            )
         )
-        return found
 
     def patch(self, name: str, patch: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(

@@ -14,7 +14,8 @@ from nats.aio.client import Client
 
 from jetstream_operator.devenv.argocd import ArgoCD
 from jetstream_operator.nats.jsapi import JetStreamApi
-from tests.integration.helpers import Resources, eventually
+from tests.delivery.helpers import spec_schema
+from tests.integration.helpers import Resources, eventually, json_body
 
 from .conftest import Applications, GitRepo
 
@@ -100,7 +101,7 @@ def health_of(app: dict[str, Any], kind: str, name: str) -> dict[str, str]:
 def served_defaults(api: client.ApiClient, plural: str) -> set[str]:
     """The spec fields the served CRD gives a default: what the API server adds to manifests."""
     crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(f"{plural}.{GROUP}")
-    schema = crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"]
+    schema = spec_schema(crd)
     return {key for key, field in (schema.properties or {}).items() if field.default is not None}
 
 
@@ -138,11 +139,11 @@ def test_synced_and_healthy_then_no_churn_from_defaults_or_status(
         before = applications.get(app_name)["status"]["reconciledAt"]
         time.sleep(2)  # reconciledAt has whole seconds
         applications.refresh(app_name)
-        app = applications.wait(
-            app_name,
-            lambda app, before=before: app["status"].get("reconciledAt", "") > before,
-            "compared again",
-        )
+
+        def compared(app: dict[str, Any], before: str = before) -> bool:
+            return bool(app["status"].get("reconciledAt", "") > before)
+
+        app = applications.wait(app_name, compared, "compared again")
         assert app["status"]["sync"]["status"] == "Synced", app["status"]
         assert {r["status"] for r in app["status"]["resources"]} == {"Synced"}
     assert len(app["status"]["history"]) == history
@@ -298,9 +299,9 @@ def test_the_chart_with_peering_as_a_plain_manifest(
     assert {name for name in roles if name.endswith(("-view", "-edit"))}, roles
     peerings = client.CustomObjectsApi(api_client)
     name = peering["name"]
-    uid = peerings.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)[
-        "metadata"
-    ]["uid"]
+    uid = json_body(
+        peerings.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+    )["metadata"]["uid"]
 
     # A second sync (as `argocd app sync` starts one) and a refresh change nothing.
     started = app["status"]["operationState"]["startedAt"]
@@ -319,5 +320,7 @@ def test_the_chart_with_peering_as_a_plain_manifest(
     )
     applications.refresh(app_name)
     assert applications.get(app_name)["status"]["sync"]["status"] == "Synced"
-    again = peerings.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+    again = json_body(
+        peerings.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+    )
     assert again["metadata"]["uid"] == uid

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import KUBERNETES_VERSION
 from tests.integration.conftest import SESSION_OPERATOR_ENV, operator_variant
+from tests.integration.helpers import new_client as new_client
+from tests.integration.helpers import present
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "jetstream-operator"
@@ -207,12 +209,10 @@ def operator_as(
         process.kubeconfig = original
 
 
-def new_client(kubeconfig: Path) -> client.ApiClient:
-    """A client for one kubeconfig (kubernetes' own helper is untyped)."""
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-        str(kubeconfig)
-    )
-    return api
+def spec_schema(crd: client.V1CustomResourceDefinition) -> client.V1JSONSchemaProps:
+    """The schema of `spec` in the CRD's first version."""
+    schema = present(crd.spec.versions[0].schema)
+    return present(present(schema.open_apiv3_schema).properties)["spec"]
 
 
 def as_dict(api: client.ApiClient, model: object) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -308,22 +308,22 @@ def _aggregation_runs(api: client.ApiClient) -> bool:
 def _impersonating(kubeconfig: Path, user: str) -> client.ApiClient:
     """An admin client that acts as `user` (Impersonate-User), so the real authorizer decides."""
     api = new_client(kubeconfig)
-    api.set_default_header("Impersonate-User", user)
+    api.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]  # untyped in kubernetes
     return api
 
 
 def _bind(api: client.ApiClient, namespace: str, user: str, cluster_role: str) -> None:
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": f"{user}-{cluster_role}"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": cluster_role,
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
+    binding = client.V1RoleBinding(
+        api_version="rbac.authorization.k8s.io/v1",
+        kind="RoleBinding",
+        metadata=client.V1ObjectMeta(name=f"{user}-{cluster_role}"),
+        role_ref=client.V1RoleRef(
+            api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=cluster_role
+        ),
+        subjects=[
+            client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name=user)
+        ],
+    )
     client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(namespace, binding)
 
 
@@ -340,12 +340,13 @@ def _user_can(api: client.ApiClient, namespace: str, name: str) -> tuple[bool, b
     """(may list Streams, may create one), tried for real as the impersonated user."""
     custom = client.CustomObjectsApi(api)
     allowed = []
-    for attempt in (
+    attempts: tuple[Callable[[], object], ...] = (
         lambda: custom.list_namespaced_custom_object(GROUP, "v1alpha1", namespace, "streams"),
         lambda: custom.create_namespaced_custom_object(
             GROUP, "v1alpha1", namespace, "streams", _stream(name), dry_run="All"
         ),
-    ):
+    )
+    for attempt in attempts:
         try:
             attempt()
             allowed.append(True)

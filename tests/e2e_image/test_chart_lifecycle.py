@@ -28,8 +28,9 @@ from jetstream_operator.devenv.containers import Docker
 from jetstream_operator.devenv.gobuild import ensure_tools
 from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.node import Node, ctr
-from tests.delivery.helpers import CHART, Helm, new_client
+from tests.delivery.helpers import CHART, Helm, new_client, spec_schema
 from tests.e2e_image.test_image_in_cluster import consumer_exists, stream_exists
+from tests.integration.helpers import json_body, name_of, present
 from tests.support.targets import existing_target
 
 pytestmark = pytest.mark.node
@@ -107,8 +108,8 @@ def test_install_failover_upgrade_uninstall(
         assert result.returncode == 0, result.stdout + result.stderr
 
     def ready(plural: str, name: str) -> bool:
-        item: dict[str, Any] = objects.get_namespaced_custom_object(
-            GROUP, VERSION, watched, plural, name
+        item = json_body(
+            objects.get_namespaced_custom_object(GROUP, VERSION, watched, plural, name)
         )
         conditions = (item.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -127,7 +128,7 @@ def test_install_failover_upgrade_uninstall(
 
     def operator_pods() -> list[client.V1Pod]:
         pods = core.list_namespaced_pod(system).items
-        return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
+        return [pod for pod in pods if present(pod.metadata).deletion_timestamp is None]
 
     # Install: two replicas with peering.
     helm_ok("install", RELEASE, CHART, "--create-namespace", "--set", f"image.tag={tag}", *common)
@@ -146,7 +147,9 @@ def test_install_failover_upgrade_uninstall(
     # Failover: the active pod (kopf's highest priority peer) goes; the standby takes over.
     peering = wait_for(lambda: active_peer(objects, operator_pods()), 60, "an active peer")
     core.delete_namespaced_pod(peering, system)
-    wait_for(lambda: peering not in {p.metadata.name for p in operator_pods()}, 120, "pod gone")
+    wait_for(
+        lambda: peering not in {present(p.metadata).name for p in operator_pods()}, 120, "pod gone"
+    )
     try:
         create_stream("after-failover")
     except AssertionError as error:
@@ -158,11 +161,11 @@ def test_install_failover_upgrade_uninstall(
     own_node.load_image(docker, f"{repository}:{UPGRADED_TAG}")
     upgraded = chart_with_new_crd_field(tmp_path)
     helm_ok("upgrade", RELEASE, upgraded, "--set", f"image.tag={UPGRADED_TAG}", *common)
-    images = {c.image for pod in operator_pods() for c in pod.spec.containers}
+    images = {c.image for pod in operator_pods() for c in present(pod.spec).containers}
     assert images == {f"{repository}:{UPGRADED_TAG}"}
     crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(f"streams.{GROUP}")
-    schema = crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"]
-    assert NEW_FIELD in schema.properties
+    schema = spec_schema(crd)
+    assert NEW_FIELD in (schema.properties or {})
     create_stream("after-upgrade")
     for plural, name in (
         ("streams", "orders"),
@@ -175,19 +178,23 @@ def test_install_failover_upgrade_uninstall(
     # the namespaces; the namespace controller really removes them.
     for plural in ("consumers", "streams"):
         objects.delete_collection_namespaced_custom_object(GROUP, VERSION, watched, plural)
-        wait_for(
-            lambda plural=plural: (
-                not objects.list_namespaced_custom_object(GROUP, VERSION, watched, plural)["items"]
-            ),
-            120,
-            f"{plural} deleted through their finalizers",
-        )
+
+        def emptied(plural: str = plural) -> bool:
+            listed = json_body(
+                objects.list_namespaced_custom_object(GROUP, VERSION, watched, plural)
+            )
+            return not listed["items"]
+
+        wait_for(emptied, 120, f"{plural} deleted through their finalizers")
     assert not asyncio.run(stream_exists(node_nats.url, orders))
     helm_ok("uninstall", RELEASE, "--namespace", system, "--wait")
     for namespace in (watched, system):
         core.delete_namespace(namespace)
     wait_for(
-        lambda: not {watched, system} & {ns.metadata.name for ns in core.list_namespace().items},
+        lambda: (
+            not {watched, system}
+            & {present(ns.metadata).name for ns in core.list_namespace().items}
+        ),
         180,
         f"namespaces {watched} and {system} removed",
     )
@@ -198,8 +205,10 @@ def test_install_failover_upgrade_uninstall(
 
 def active_peer(objects: client.CustomObjectsApi, pods: list[client.V1Pod]) -> str | None:
     """The pod holding the highest priority in the ClusterKopfPeering, once both took part."""
-    peerings = objects.list_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings")
-    names = {pod.metadata.name for pod in pods}
+    peerings = json_body(
+        objects.list_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings")
+    )
+    names = {name_of(pod) for pod in pods}
     best: tuple[int, str] | None = None
     for peering in peerings["items"]:
         for peer_id, info in (peering.get("status") or {}).items():
@@ -215,20 +224,21 @@ def operator_state(
 ) -> str:
     """The peering records, the Streams' metadata and status, and each operator pod's phase
     and last log lines: what a failed hand-over needs to be understood."""
-    peerings = objects.list_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings")
+    peerings = json_body(
+        objects.list_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings")
+    )
     lines = [f"peerings: {[item.get('status') for item in peerings['items']]}"]
-    for stream in objects.list_namespaced_custom_object(GROUP, VERSION, watched, "streams")[
-        "items"
-    ]:
+    streams = json_body(objects.list_namespaced_custom_object(GROUP, VERSION, watched, "streams"))
+    for stream in streams["items"]:
         metadata = stream["metadata"]
         lines.append(
             f"stream {metadata['name']}: finalizers {metadata.get('finalizers')}, annotations "
             f"{metadata.get('annotations')}, status {stream.get('status')}"
         )
     for pod in core.list_namespaced_pod(system).items:
-        lines.append(f"--- pod {pod.metadata.name} ({pod.status.phase})")
+        lines.append(f"--- pod {present(pod.metadata).name} ({present(pod.status).phase})")
         try:
-            lines.append(core.read_namespaced_pod_log(pod.metadata.name, system, tail_lines=80))
+            lines.append(core.read_namespaced_pod_log(name_of(pod), system, tail_lines=80))
         except client.ApiException as error:
             lines.append(f"no log: {error.status} {error.reason}")
     return "\n".join(lines)
@@ -238,10 +248,10 @@ def leftovers(api: client.ApiClient) -> list[str]:
     """Cluster-scoped objects of the release still present (CRDs are kept on purpose)."""
     selector = f"app.kubernetes.io/instance={RELEASE}"
     rbac = client.RbacAuthorizationV1Api(api)
-    found = [f"clusterrole/{r.metadata.name}" for r in rbac.list_cluster_role(
+    found = [f"clusterrole/{present(r.metadata).name}" for r in rbac.list_cluster_role(
         label_selector=selector).items]  # fmt: skip
     found += [
-        f"clusterrolebinding/{b.metadata.name}"
+        f"clusterrolebinding/{present(b.metadata).name}"
         for b in rbac.list_cluster_role_binding(label_selector=selector).items
     ]
     return found

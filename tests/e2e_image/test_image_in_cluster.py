@@ -27,6 +27,7 @@ from jetstream_operator.devenv.node import Node
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.conftest import TEST_IMAGE
 from tests.delivery.helpers import CHART, Helm, new_client
+from tests.integration.helpers import json_body, present
 from tests.support.targets import ExistingTarget, existing_target
 
 TARGET = existing_target()
@@ -129,8 +130,8 @@ def test_the_image_reconciles_a_stream_and_consumer(target: ExistingTarget, inst
         )
 
     def ready(plural: str, name: str) -> bool:
-        item: dict[str, Any] = objects.get_namespaced_custom_object(
-            GROUP, VERSION, installed, plural, name
+        item = json_body(
+            objects.get_namespaced_custom_object(GROUP, VERSION, installed, plural, name)
         )
         conditions = (item.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -141,9 +142,9 @@ def test_the_image_reconciles_a_stream_and_consumer(target: ExistingTarget, inst
     # The pod that did it is the chart's, running the image.
     pods = client.CoreV1Api(api).list_namespaced_pod(f"{installed}-system").items
     assert pods and all(
-        container.image.startswith(target.image.split("@")[0].rsplit(":", 1)[0])
+        present(container.image).startswith(target.image.split("@")[0].rsplit(":", 1)[0])
         for pod in pods
-        for container in pod.spec.containers
+        for container in present(pod.spec).containers
     )
     # Consumer first, each until its finalizer is gone: once the chart is uninstalled nothing
     # would remove a finalizer, and the namespace could never be deleted.
@@ -154,7 +155,7 @@ def test_the_image_reconciles_a_stream_and_consumer(target: ExistingTarget, inst
             try:
                 objects.get_namespaced_custom_object(GROUP, VERSION, installed, plural, name)
             except client.ApiException as error:
-                return error.status == 404
+                return bool(error.status == 404)
             return False
 
         wait_for(gone, 120, f"{plural}/{name} kept its finalizer")

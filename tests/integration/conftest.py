@@ -10,15 +10,17 @@ from pathlib import Path
 
 import nats
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.k8s.crds import apply_crds
 from tests.conftest import TARGET
+from tests.support.targets import ExistingNats
 
-from .helpers import Resources
+from .helpers import Resources, new_client
 
 _namespaces = itertools.count()
 CLUSTER_NAMESPACE_PREFIX = "cl"
@@ -27,7 +29,7 @@ CLUSTER_NAMESPACE_PREFIX = "cl"
 
 @pytest.fixture(scope="session")
 def api_client(kubeconfig: Path) -> client.ApiClient:
-    api = config.new_client_from_config(str(kubeconfig))
+    api = new_client(kubeconfig)
     apply_crds(api, all_crds())
     return api
 
@@ -36,7 +38,7 @@ def api_client(kubeconfig: Path) -> client.ApiClient:
 def operator_process(
     api_client: client.ApiClient,
     kubeconfig: Path,
-    nats_server: object,
+    nats_server: NatsServer | ExistingNats,
     tmp_path_factory: pytest.TempPathFactory,
     process_logs: dict[str, Path],
 ) -> Iterator[OperatorProcess]:
@@ -93,7 +95,7 @@ def operator_read_only(operator_process: OperatorProcess) -> Iterator[OperatorPr
 
 @pytest.fixture
 def operator_on_cluster(
-    operator_process: OperatorProcess, nats_cluster: object, namespace: str
+    operator_process: OperatorProcess, nats_cluster: NatsCluster, namespace: str
 ) -> Iterator[OperatorProcess]:
     """The operator on the 3-node cluster, serving only the cluster tests' namespaces: with
     every earlier test's resources it would first fill the cluster with their streams, and a
@@ -102,7 +104,7 @@ def operator_on_cluster(
     Started after the test's namespace exists: kopf (1.45) lists namespaces, then lists again
     to start its namespace watch and ignores what that second list holds, so a namespace made
     between the two, milliseconds after start-up, is never watched."""
-    urls = ",".join(nats_cluster.urls)  # type: ignore[attr-defined]
+    urls = ",".join(nats_cluster.urls)
     namespaces = f"{CLUSTER_NAMESPACE_PREFIX}*"
     with operator_variant(
         operator_process, nats_url=urls, JETSTREAM_OPERATOR_NAMESPACES=namespaces
@@ -134,8 +136,8 @@ def resources(api_client: client.ApiClient, namespace: str) -> Resources:
 
 
 @pytest.fixture
-async def nc(nats_server: object) -> AsyncIterator[Client]:
-    connection = await nats.connect(nats_server.url)  # type: ignore[attr-defined]
+async def nc(nats_server: NatsServer | ExistingNats) -> AsyncIterator[Client]:
+    connection = await nats.connect(nats_server.url)
     try:
         yield connection
     finally:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from jetstream_operator import GROUP, VERSION
@@ -16,22 +17,51 @@ T = TypeVar("T")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]], *, timeout: float = 30.0, interval: float = 0.2
+    probe: Callable[[], Awaitable[T | None]], *, timeout: float = 30.0, interval: float = 0.2
 ) -> T:
     """Poll until the probe returns something truthy; fail with its last answer otherwise."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: object = None
     while True:
         try:
-            last = await probe()
+            answer = await probe()
         except AssertionError as error:
             last = error
         else:
-            if last:
-                return last
+            if answer:
+                return answer
+            last = answer
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s; last: {last!r}")
         await asyncio.sleep(interval)
+
+
+def new_client(kubeconfig: Path | str) -> client.ApiClient:
+    """A client for one kubeconfig (kubernetes' own helper is untyped)."""
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        str(kubeconfig)
+    )
+    return api
+
+
+def json_body(value: object) -> dict[str, Any]:
+    """A custom object or listing as the API server sent it; the client types it `object`."""
+    return cast(dict[str, Any], value)
+
+
+class Described(Protocol):
+    @property
+    def metadata(self) -> client.V1ObjectMeta | None: ...
+
+
+def present(value: T | None) -> T:
+    """A field the API server always sends, though its model allows None."""
+    assert value is not None
+    return value
+
+
+def name_of(item: Described) -> str:
+    return present(present(item.metadata).name)
 
 
 class Resources:
@@ -44,15 +74,16 @@ class Resources:
     def create(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         body = {"apiVersion": f"{GROUP}/{VERSION}", **body}
         # Strict field validation, as kubectl applies it: unknown fields are errors.
-        result: dict[str, Any] = self.api.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, plural, body, field_validation="Strict"
+        return json_body(
+            self.api.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, plural, body, field_validation="Strict"
+            )
         )
-        return result
 
     def get(self, plural: str, name: str) -> dict[str, Any] | None:
         try:
-            result: dict[str, Any] = self.api.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, plural, name
+            result = json_body(
+                self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name)
             )
         except ApiException as error:
             if error.status == 404:
@@ -61,10 +92,17 @@ class Resources:
         return result
 
     def patch_spec(self, plural: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.api.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, plural, name, {"spec": spec}, field_validation="Strict"
+        return json_body(
+            self.api.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                self.namespace,
+                plural,
+                name,
+                {"spec": spec},
+                field_validation="Strict",
+            )
         )
-        return result
 
     def annotate(self, plural: str, name: str, annotations: dict[str, str | None]) -> None:
         """Set annotations (None removes one), as `kubectl annotate` does."""

@@ -23,7 +23,7 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
 def nats_go_kv(bucket: str, **changes: Any) -> dict[str, Any]:
     """The create request nats.go's prepareKeyValueConfig sends (NACK's controller uses it), for
     what nats-py cannot say: compression, metadata, mirrors and sources."""
-    request = {
+    request: dict[str, Any] = {
         "name": f"KV_{bucket}",
         "subjects": [f"$KV.{bucket}.>"],
         "max_msgs_per_subject": 1,

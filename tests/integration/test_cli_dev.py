@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from jetstream_operator.devenv.containers import Docker
 from jetstream_operator.devenv.node import NODE_ADDRESS, NODE_NAME, POD_BRIDGE, ctr
 from jetstream_operator.devenv.processes import ProcessRecord
+
+from .helpers import new_client, present
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_servers]
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,9 +41,9 @@ def test_dev_up_installs_crds_prints_exports_and_down_leaves_nothing(tmp_path: P
             if line.startswith("export ")
         )
         assert exports["NATS_URL"].startswith("nats://127.0.0.1:")
-        api = config.new_client_from_config(exports["KUBECONFIG"])
+        api = new_client(exports["KUBECONFIG"])
         names = {
-            crd.metadata.name
+            present(crd.metadata).name
             for crd in client.ApiextensionsV1Api(api).list_custom_resource_definition().items
         }
         assert "streams.jetstream-operator.io" in names
@@ -74,9 +76,10 @@ def test_dev_up_node_runs_a_ready_node_with_the_image_and_down_leaves_nothing(
         status = cli("dev", "status", "--state-dir", str(state_dir))
         assert status.returncode == 0, status.stdout
         assert state["nats_url"].startswith(f"nats://{NODE_ADDRESS}:")
-        api = config.new_client_from_config(state["kubeconfig"])
+        api = new_client(state["kubeconfig"])
         node = client.CoreV1Api(api).read_node(NODE_NAME)
-        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        conditions = present(present(node.status).conditions)
+        assert any(c.type == "Ready" and c.status == "True" for c in conditions)
         # In the node's containerd (the kubelet lists it in the Node's status only later).
         assert "docker.io/library/jetstream-operator:dev" in ctr("images", "list", "--quiet")
     finally:

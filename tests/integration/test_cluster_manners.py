@@ -20,7 +20,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant
 from .figures import apiserver_writes, difference
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready, json_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_servers]
 
@@ -47,15 +47,18 @@ def cluster_operator(
         # back and current.
         objects = client.CustomObjectsApi(api_client)
         for plural in ("consumers", "streams"):
-            for item in objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)[
-                "items"
-            ]:
+            listed = json_body(
+                objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+            )
+            for item in listed["items"]:
                 objects.delete_namespaced_custom_object(
                     GROUP, VERSION, namespace, plural, item["metadata"]["name"]
                 )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and any(
-            objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+            json_body(objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural))[
+                "items"
+            ]
             for plural in ("consumers", "streams")
         ):
             time.sleep(0.5)

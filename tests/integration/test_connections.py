@@ -22,7 +22,7 @@ from tests.support.natsauth import OperatorMode, new_identity, operator_mode
 
 from .conftest import operator_variant
 from .figures import ApiAudit
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready, json_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -96,7 +96,7 @@ def operator_mode_nats(
 
 def put_secret(api: client.ApiClient, namespace: str, name: str, data: dict[str, str]) -> None:
     core = client.CoreV1Api(api)
-    body = {"metadata": {"name": name}, "stringData": data}
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data)
     try:
         core.create_namespaced_secret(namespace, body)
     except client.ApiException as error:
@@ -424,7 +424,9 @@ async def test_recheck_asks_jetstream_only_when_something_changed(
             # A stream made through it is counted in its status within a recheck, not at the
             # next account refresh a minute later.
             def account_streams() -> int:
-                status = resources.get("natsconnections", "steady").get("status") or {}
+                resource = resources.get("natsconnections", "steady")
+                assert resource is not None
+                status = resource.get("status") or {}
                 return int((status.get("account") or {}).get("streams", -1))
 
             streams_before = account_streams()
@@ -460,7 +462,9 @@ def test_no_secret_value_reaches_logs_events_or_status(
     said = [log, *(f"{event.reason} {event.message}" for event in events)]
     objects = client.CustomObjectsApi(api_client)
     for plural in ("natsconnections", "streams"):
-        listed = objects.list_cluster_custom_object("jetstream-operator.io", "v1alpha1", plural)
+        listed = json_body(
+            objects.list_cluster_custom_object("jetstream-operator.io", "v1alpha1", plural)
+        )
         said += [str(item.get("status")) for item in listed["items"]]
     for value in SECRET_VALUES:
         assert all(value not in text for text in said), "a secret value leaked"

@@ -323,7 +323,7 @@ async def test_immutable_change_is_refused_then_recreates_when_opted_in(
     with pytest.raises(ApiException) as refused:
         resources.patch_spec("consumers", "fixed", {"deliverPolicy": "new"})
     assert refused.value.status == 422
-    assert "recreateOnImmutableChange" in refused.value.body
+    assert "recreateOnImmutableChange" in (refused.value.body or "")
 
     jetstream = JetStreamApi(nc)
     before = await jetstream.consumer_info(stream, "FIXED")

@@ -19,7 +19,7 @@ from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready, present
 
 pytestmark = [
     pytest.mark.integration,
@@ -98,7 +98,7 @@ async def test_namespace_deletion_with_a_restart_in_the_middle_leaves_nothing(
     await eventually(lambda: ready(resources, "consumers", "worker"), timeout=30)
     core = client.CoreV1Api(api_client)
     secret = core.read_namespaced_secret("nats-token", namespace)
-    assert "jetstream-operator.io/in-use" in (secret.metadata.finalizers or [])
+    assert "jetstream-operator.io/in-use" in (present(secret.metadata).finalizers or [])
 
     operator_process.stop()
     try:
@@ -106,7 +106,7 @@ async def test_namespace_deletion_with_a_restart_in_the_middle_leaves_nothing(
 
         async def secret_deleting() -> bool:
             found = core.read_namespaced_secret("nats-token", namespace)
-            return found.metadata.deletion_timestamp is not None
+            return present(found.metadata).deletion_timestamp is not None
 
         # The namespace controller deleted everything at once; the Secret stays readable.
         await eventually(secret_deleting, timeout=60)
@@ -117,7 +117,7 @@ async def test_namespace_deletion_with_a_restart_in_the_middle_leaves_nothing(
         try:
             core.read_namespace(namespace)
         except ApiException as error:
-            return error.status == 404
+            return bool(error.status == 404)
         return False
 
     await eventually(namespace_gone, timeout=120, interval=1.0)
@@ -167,7 +167,7 @@ async def test_a_connection_in_use_waits_and_a_person_can_release_a_finalizer(
     # Its last user gone, the connection goes too, and lets go of its Secret.
     await eventually(lambda: gone(resources, "natsconnections", "tenant"), timeout=60)
     secret = client.CoreV1Api(api_client).read_namespaced_secret("nats-token", namespace)
-    assert "jetstream-operator.io/in-use" not in (secret.metadata.finalizers or [])
+    assert "jetstream-operator.io/in-use" not in (present(secret.metadata).finalizers or [])
 
 
 async def test_a_consumer_deletes_its_nats_consumer_after_its_stream_resource_went(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nats
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from jetstream_operator.devenv import environment, pki
@@ -21,6 +21,8 @@ from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.paths import KUBERNETES_VERSION
 from jetstream_operator.devenv.processes import http_get
+
+from .helpers import new_client, present
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_servers]
 
@@ -46,7 +48,7 @@ def test_rbac_refuses_a_user_without_bindings(control_plane: ControlPlane, tmp_p
 
 
 def core_api(kubeconfig: Path) -> client.CoreV1Api:
-    return client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))  # type: ignore[no-untyped-call]
+    return client.CoreV1Api(new_client(kubeconfig))
 
 
 def create_namespace(api: client.CoreV1Api, name: str) -> None:
@@ -99,9 +101,13 @@ def gone(read: Callable[[], object]) -> bool:
 def config_map(name: str, owner: client.V1ConfigMap | None = None) -> client.V1ConfigMap:
     references = None
     if owner is not None:
+        metadata = present(owner.metadata)
         references = [
             client.V1OwnerReference(
-                api_version="v1", kind="ConfigMap", name=owner.metadata.name, uid=owner.metadata.uid
+                api_version="v1",
+                kind="ConfigMap",
+                name=present(metadata.name),
+                uid=present(metadata.uid),
             )
         ]
     return client.V1ConfigMap(
@@ -161,7 +167,7 @@ def test_garbage_collector_follows_owner_references(kubeconfig: Path) -> None:
             "the owner deleted with Orphan removed once its dependents are released",
         )
         orphan = api.read_namespaced_config_map("orphan", namespace)
-        assert not orphan.metadata.owner_references
+        assert not present(orphan.metadata).owner_references
     finally:
         api.delete_namespace(namespace)
 

@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.natsserver import NatsServer
 from tests.support.targets import KUBECONFIG_VARIABLE, LOCAL_ONLY_REASON, NATS_URL_VARIABLE
+
+from .helpers import name_of, new_client
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,5 +80,5 @@ def test_suite_runs_against_an_existing_cluster(
 
 
 def plane_namespaces(plane: ControlPlane) -> list[str]:
-    api = config.new_client_from_config(str(plane.kubeconfig))  # type: ignore[no-untyped-call]
-    return [item.metadata.name for item in client.CoreV1Api(api).list_namespace().items]
+    api = new_client(plane.kubeconfig)
+    return [name_of(item) for item in client.CoreV1Api(api).list_namespace().items]

@@ -580,7 +580,10 @@ async def test_export_through_a_nats_connection_and_its_secret(
 ) -> None:
     client.CoreV1Api(api_client).create_namespaced_secret(
         namespace,
-        {"metadata": {"name": "alice"}, "stringData": {"username": "alice", "password": PASSWORD}},
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="alice"),
+            string_data={"username": "alice", "password": PASSWORD},
+        ),
     )
     resources.create(
         "natsconnections",

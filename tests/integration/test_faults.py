@@ -18,7 +18,7 @@ from nats.aio.client import Client
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamUnavailable
 
-from .helpers import Resources, eventually, is_ready
+from .helpers import Resources, eventually, is_ready, json_body
 
 pytestmark = [
     pytest.mark.integration,
@@ -46,8 +46,10 @@ def consumer(name: str, stream_name: str) -> dict[str, Any]:
 
 
 async def all_ready(resources: Resources, plural: str, names: list[str]) -> bool:
-    listed = resources.api.list_namespaced_custom_object(
-        "jetstream-operator.io", "v1alpha1", resources.namespace, plural
+    listed = json_body(
+        resources.api.list_namespaced_custom_object(
+            "jetstream-operator.io", "v1alpha1", resources.namespace, plural
+        )
     )["items"]
     ready = {item["metadata"]["name"] for item in listed if is_ready(item)}
     return set(names) <= ready

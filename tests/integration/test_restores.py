@@ -14,7 +14,7 @@ from jetstream_operator import GROUP, VERSION
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready, json_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -27,8 +27,10 @@ def vanish(api_client: client.ApiClient, namespace: str, plural: str, name: str)
     """
     objects = client.CustomObjectsApi(api_client)
     for _ in range(20):
-        stripped = objects.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, name, {"metadata": {"finalizers": None}}
+        stripped = json_body(
+            objects.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name, {"metadata": {"finalizers": None}}
+            )
         )
         precondition = client.V1Preconditions(
             resource_version=stripped["metadata"]["resourceVersion"]

@@ -104,7 +104,7 @@ async def test_known_cases_settle_and_stay_quiet(
     # NACK made this one: memory storage, no owner. The spec leaves storage out.
     await jetstream.create_stream({"name": "SETTLE_NACK", "storage": "memory"})
     await jetstream.create_stream({"name": "SETTLE_ORIGIN", "allow_direct": True})
-    cases = {
+    cases: dict[str, tuple[str, dict[str, Any]]] = {
         "schedules": ("SETTLE_SCHED", {"allowMsgSchedules": True}),
         "sealed-on-create": ("SETTLE_SEALED", {"sealed": True, "maxAge": "1h"}),
         "sealed-schedules": ("SETTLE_SEALED_SCHED", {"sealed": True, "allowMsgSchedules": True}),

@@ -138,7 +138,7 @@ async def test_leader_node_killed_stream_stays_managed_and_recovery_shows(
                 # The loss shows as a new leader or a replica not current, or, while the
                 # cluster elects (slow on a loaded machine), as NATS reported unavailable.
                 replicas = status.get("replicaStates") or []
-                ready = next(
+                ready: dict[str, Any] = next(
                     (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
                 )
                 return (

@@ -83,7 +83,7 @@ async def test_events_tell_the_story(
     await jetstream.update_stream({**info["config"], "max_msgs": 6})
     core = client.CoreV1Api(api_client)
 
-    async def reasons() -> set[str] | None:
+    async def reasons() -> set[str | None] | None:
         events = core.list_namespaced_event(namespace).items
         found = {event.reason for event in events if event.involved_object.name == "storied"}
         return found if {"Created", "DriftRepaired"} <= found else None

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from jetstream_spark import register
 
@@ -39,7 +39,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
 
-    def read() -> object:
+    def read() -> DataFrame:
         return spark.read.format("jetstream").option("servers", url).option("stream", source).load()
 
     frame = read()

@@ -23,7 +23,9 @@ def test_consumer_advisory_subjects() -> None:
     assert consumer_from_subject("$JS.EVENT.ADVISORY.STREAM.UPDATED.ORDERS") is None
 
 
-def audit(subject: str, response: dict[str, object], server: str = "n1", cid: int = 7) -> dict:
+def audit(
+    subject: str, response: dict[str, object], server: str = "n1", cid: int = 7
+) -> dict[str, object]:
     return {
         "type": "io.nats.jetstream.advisory.v1.api_audit",
         "client": {"server": server, "id": cid},

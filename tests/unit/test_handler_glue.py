@@ -20,7 +20,7 @@ from jetstream_operator.handlers.drift import DriftWatcher, WatchSettings
 from jetstream_operator.handlers.failures import FailureMemory, History
 from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.handlers.status_writes import StatusBudget
-from jetstream_operator.nats.jsapi import JetStreamError, StreamListing
+from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamError, StreamListing
 from jetstream_operator.nats.pool import ConnectionTarget
 from jetstream_operator.reconcile.backed import STREAM_KIND
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
@@ -91,6 +91,11 @@ class FakeJetStream:
         return []
 
 
+def as_api(server: FakeJetStream) -> JetStreamApi:
+    """The fake where the handlers take the real API: it answers every request they make."""
+    return server  # type: ignore[return-value]  # a stand-in, not a subclass
+
+
 class RecordingWriter:
     def __init__(self, failing: set[str] | None = None) -> None:
         self.patches: list[tuple[str, dict[str, Any]]] = []
@@ -129,7 +134,7 @@ async def test_a_value_the_server_keeps_is_sent_once_then_reported_not_looped() 
     memory = FailureMemory(jitter=lambda: 1.0)
     spec = {"name": "ORDERS", "subjects": ["orders.>"]}
     created = await stream_handlers.reconcile(
-        STREAM_KIND, spec, OWNER, server, history=history(memory)
+        STREAM_KIND, spec, OWNER, as_api(server), history=history(memory)
     )
     assert created.outcome.ready is False and created.outcome.reason == "NotConverging"
     assert "allow_rollup_hdrs" in created.outcome.message
@@ -138,7 +143,7 @@ async def test_a_value_the_server_keeps_is_sent_once_then_reported_not_looped() 
     sent = server.sent("UPDATE")
     for _ in range(20):
         again = await stream_handlers.reconcile(
-            STREAM_KIND, spec, OWNER, server, drift=True, history=history(memory)
+            STREAM_KIND, spec, OWNER, as_api(server), drift=True, history=history(memory)
         )
         assert again.outcome.reason == "NotConverging"
         assert not [event for event in again.events if event.type == "Warning"]
@@ -157,7 +162,7 @@ async def test_a_created_stream_is_looked_at_again_only_in_a_cluster(
     server = FakeJetStream()
     server.cluster = cluster
     spec = {"name": "ORDERS", "subjects": ["orders.>"]}
-    created = await stream_handlers.reconcile(STREAM_KIND, spec, OWNER, server)
+    created = await stream_handlers.reconcile(STREAM_KIND, spec, OWNER, as_api(server))
     assert created.outcome.ready and created.status["streamName"] == "ORDERS"
     after = server.requests[server.requests.index("CREATE ORDERS") + 1 :]
     assert after.count("INFO ORDERS") == looks_after_creating
@@ -167,34 +172,40 @@ async def test_a_rejected_update_is_retried_only_when_due_or_when_something_chan
     server = FakeJetStream()
     memory = FailureMemory(jitter=lambda: 1.0)
     spec = {"name": "ORDERS", "subjects": ["orders.>"]}
-    await stream_handlers.reconcile(STREAM_KIND, spec, OWNER, server, history=history(memory))
+    await stream_handlers.reconcile(
+        STREAM_KIND, spec, OWNER, as_api(server), history=history(memory)
+    )
     server.refuse = "stream configuration update can not change sealed"
     changed = {**spec, "description": "new"}
     first = await stream_handlers.reconcile(
-        STREAM_KIND, changed, OWNER, server, history=history(memory)
+        STREAM_KIND, changed, OWNER, as_api(server), history=history(memory)
     )
     assert first.outcome.reason == "ServerRejected" and first.delay is not None
     for _ in range(10):
         await stream_handlers.reconcile(
-            STREAM_KIND, changed, OWNER, server, history=history(memory)
+            STREAM_KIND, changed, OWNER, as_api(server), history=history(memory)
         )
     assert server.sent("UPDATE") == 1
     memory.clock = lambda: float("inf")  # the backoff ran out
-    await stream_handlers.reconcile(STREAM_KIND, changed, OWNER, server, history=history(memory))
+    await stream_handlers.reconcile(
+        STREAM_KIND, changed, OWNER, as_api(server), history=history(memory)
+    )
     assert server.sent("UPDATE") == 2
 
 
 async def test_a_restored_resource_reattaches_with_an_event() -> None:
     server = FakeJetStream()
     await stream_handlers.reconcile(
-        STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "orders", "old"), server
+        STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "orders", "old"), as_api(server)
     )
-    restored = await stream_handlers.reconcile(STREAM_KIND, {"name": "ORDERS"}, OWNER, server)
+    restored = await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS"}, OWNER, as_api(server)
+    )
     assert restored.outcome.ready
     assert "Reattached" in [event.reason for event in restored.events]
     assert server.streams["ORDERS"]["metadata"][OWNER_METADATA_KEY] == OWNER.encode()
     other = await stream_handlers.reconcile(
-        STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "other", "x"), server
+        STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "other", "x"), as_api(server)
     )
     assert other.outcome.reason == "Conflict"
 
@@ -204,13 +215,18 @@ async def test_a_stream_that_vanished_holding_data_comes_back_with_a_warning() -
     memory = FailureMemory()
     shown = {"streamName": "ORDERS", "messages": 12, "firstSequence": 1, "lastSequence": 12}
     result = await stream_handlers.reconcile(
-        STREAM_KIND, {"name": "ORDERS"}, OWNER, server, drift=True, history=history(memory, **shown)
+        STREAM_KIND,
+        {"name": "ORDERS"},
+        OWNER,
+        as_api(server),
+        drift=True,
+        history=history(memory, **shown),
     )
     warnings = [event for event in result.events if event.type == "Warning"]
     assert [event.reason for event in warnings] == ["RecreatedAfterLoss"]
     assert "12 messages" in warnings[0].message and "1..12" in warnings[0].message
     quiet = await stream_handlers.reconcile(
-        STREAM_KIND, {"name": "ORDERS2"}, OWNER, server, drift=True, history=history(memory)
+        STREAM_KIND, {"name": "ORDERS2"}, OWNER, as_api(server), drift=True, history=history(memory)
     )
     assert [event.reason for event in quiet.events] == ["Recreated"]
 
@@ -241,7 +257,7 @@ async def test_resyncs_of_a_stalled_resource_post_one_warning_and_send_nothing_m
     streams.observe("ADDED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
     drift = watcher(streams, writer, memory)
     for _ in range(10):
-        await drift.resync(server)  # type: ignore[arg-type]
+        await drift.resync(as_api(server))
     assert server.sent("CREATE") == 1 and server.sent("UPDATE") <= 1
     assert [event for event in writer.events if event[1] == "Warning"] == [
         ("orders", "Warning", "NotConverging")
@@ -257,7 +273,7 @@ async def test_an_idle_resync_writes_nothing_and_one_failing_resource_stops_no_o
     for name in ("first", "broken", "last"):
         streams.observe("ADDED", stream_body(name, f"uid-{name}", {"name": name.upper()}))
     drift = watcher(streams, writer, memory)
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
     assert {name for name, _ in writer.patches} == {"first", "last"}
     assert server.sent("CREATE") == 3
     for resource in streams:  # as the watch would deliver the written status
@@ -265,8 +281,8 @@ async def test_an_idle_resync_writes_nothing_and_one_failing_resource_stops_no_o
             if resource.owner.name == name:
                 resource.body["status"] = {**resource.status, **patch}
     writer.patches.clear()
-    await drift.resync(server)  # type: ignore[arg-type]
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
+    await drift.resync(as_api(server))
     assert writer.patches == []
 
 
@@ -361,7 +377,7 @@ async def test_a_deletion_announced_during_the_consumer_sweep_is_repaired_before
         body["spec"] = {"durableName": "W", "streamName": stream}
         consumers.observe("ADDED", body)
     drift = watcher(streams, RecordingWriter(), FailureMemory(), consumers)
-    await drift.resync(server)  # type: ignore[arg-type]  # creates the three streams
+    await drift.resync(as_api(server))  # creates the three streams
     server.requests.clear()
 
     async def deleted_out_of_band() -> None:
@@ -370,7 +386,7 @@ async def test_a_deletion_announced_during_the_consumer_sweep_is_repaired_before
 
     server.on_consumer_listing = deleted_out_of_band
     drift._sweep.everything_next()  # this pass lists every stream's consumers
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
     listings = [index for index, request in enumerate(server.requests) if "CONSUMERS" in request]
     assert len(listings) == 2
     assert listings[0] < server.requests.index("CREATE LOST") < listings[1]
@@ -383,7 +399,7 @@ async def one_stream_in_sync() -> tuple[FakeJetStream, RecordingWriter, DriftWat
     writer = RecordingWriter()
     streams.observe("ADDED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
     drift = watcher(streams, writer, FailureMemory())
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
     resource = next(iter(streams))
     resource.body["status"] = {**resource.status, **writer.patches[-1][1]}
     writer.patches.clear()
@@ -395,12 +411,12 @@ async def test_a_consumer_just_made_shows_on_its_stream_with_one_info_and_one_wr
     server, writer, drift = await one_stream_in_sync()
     server.requests.clear()
     server.consumer_counts["ORDERS"] = 1
-    await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
+    await drift.recount_now("ORDERS", as_api(server))
     assert server.requests == ["INFO ORDERS"]
     assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
     writer.patches.clear()
-    await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
-    await drift.recount_now("UNKNOWN", server)  # type: ignore[arg-type]  # no resource: no request
+    await drift.recount_now("ORDERS", as_api(server))
+    await drift.recount_now("UNKNOWN", as_api(server))  # no resource: no request
     assert writer.patches == [] and server.requests == ["INFO ORDERS", "INFO ORDERS"]
 
 
@@ -408,7 +424,7 @@ async def test_a_new_consumer_waits_for_its_streams_first_status_before_counting
     """A count written before kopf's first status of the stream would be overwritten by the
     handler's older figure: the recount waits until the watch has delivered that status."""
     server = FakeJetStream()
-    await stream_handlers.reconcile(STREAM_KIND, {"name": "ORDERS"}, OWNER, server)
+    await stream_handlers.reconcile(STREAM_KIND, {"name": "ORDERS"}, OWNER, as_api(server))
     server.requests.clear()
     server.consumer_counts["ORDERS"] = 1
     streams = ResourceRegistry()
@@ -417,7 +433,7 @@ async def test_a_new_consumer_waits_for_its_streams_first_status_before_counting
     unhandled["status"] = {}
     streams.observe("ADDED", unhandled)
     drift = watcher(streams, writer, FailureMemory())
-    waiting = asyncio.create_task(drift.recount_now("ORDERS", server))  # type: ignore[arg-type]
+    waiting = asyncio.create_task(drift.recount_now("ORDERS", as_api(server)))
     await asyncio.sleep(0.05)
     assert not waiting.done() and server.requests == []
     streams.observe("MODIFIED", stream_body("orders", "uid-1", {"name": "ORDERS"}))
@@ -430,7 +446,7 @@ async def test_a_new_consumer_waits_for_its_streams_first_status_before_counting
     streams.observe("ADDED", other)
     server.streams["LATE"] = {"name": "LATE"}
     writer.patches.clear()
-    await drift.recount_now("LATE", server, timeout=0.05)  # type: ignore[arg-type]
+    await drift.recount_now("LATE", as_api(server), timeout=0.05)
     assert writer.patches == []
 
 
@@ -439,12 +455,12 @@ async def test_a_listing_older_than_a_recount_does_not_write_its_older_count_bac
 
     async def consumer_made() -> None:
         server.consumer_counts["ORDERS"] = 1
-        await drift.recount_now("ORDERS", server)  # type: ignore[arg-type]
+        await drift.recount_now("ORDERS", as_api(server))
 
     server.after_listing = consumer_made
-    await drift.resync(server)  # type: ignore[arg-type]  # its listing still says 0
+    await drift.resync(as_api(server))  # its listing still says 0
     assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
-    await drift.resync(server)  # type: ignore[arg-type]  # a fresh listing agrees: no write
+    await drift.resync(as_api(server))  # a fresh listing agrees: no write
     assert len(writer.patches) == 1
 
 
@@ -460,7 +476,7 @@ async def test_a_listing_older_than_a_handlers_look_does_not_write_its_older_cou
         resource.body["status"] = {**resource.status, "consumerCount": 2}  # kopf's status
 
     server.after_listing = handler_pass
-    await drift.resync(server)  # type: ignore[arg-type]  # its listing still says 0
+    await drift.resync(as_api(server))  # its listing still says 0
     assert writer.patches == []
 
 
@@ -470,7 +486,7 @@ async def test_a_stream_whose_peers_are_all_offline_keeps_its_status_and_says_so
     two such listings in a row its condition says so, once; seen again, it is Ready again."""
     server, writer, drift = await one_stream_in_sync()
     server.consumer_counts["ORDERS"] = 1
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
     assert [patch.get("consumerCount") for _, patch in writer.patches] == [1]
     resource = next(iter(drift._streams))
 
@@ -486,17 +502,17 @@ async def test_a_stream_whose_peers_are_all_offline_keeps_its_status_and_says_so
     delivered()
     server.unseen = {"ORDERS"}
     server.requests.clear()
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
     assert writer.patches == [] and server.requests == ["LIST"]
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
     assert [set(patch) for _, patch in writer.patches] == [{"conditions"}]
     delivered()
     assert reason() == "StreamOffline" and resource.status["consumerCount"] == 1
-    await drift.resync(server)  # type: ignore[arg-type]
+    await drift.resync(as_api(server))
     assert writer.patches == []  # said once
     server.unseen = set()
-    await drift.resync(server)  # type: ignore[arg-type]
-    await drift._repair_pending(server)  # type: ignore[arg-type]  # as the run loop does next
+    await drift.resync(as_api(server))
+    await drift._repair_pending(as_api(server))  # as the run loop does next
     delivered()
     assert reason() == "Synced" and resource.status["consumerCount"] == 1
 
@@ -513,16 +529,16 @@ async def test_a_recount_of_a_few_streams_among_many_asks_each_not_the_whole_acc
     for index in range(40):
         streams.observe("ADDED", stream_body(f"s{index}", f"uid-{index}", {"name": f"S{index}"}))
     drift = watcher(streams, writer, FailureMemory())
-    await drift.resync(server)  # type: ignore[arg-type]  # creates them
+    await drift.resync(as_api(server))  # creates them
     for resource, (_, patch) in zip(streams, writer.patches, strict=True):
         resource.body["status"] = {**resource.status, **patch}
-    await drift.resync(server)  # type: ignore[arg-type]  # lists 40
+    await drift.resync(as_api(server))  # lists 40
     writer.patches.clear()
     server.requests.clear()
     for index in range(recounted):
         server.consumer_counts[f"S{index}"] = 1
         await drift.notify_consumer(f"S{index}", "C")
-    await drift._refresh_counts(server)  # type: ignore[arg-type]
+    await drift._refresh_counts(as_api(server))
     assert server.sent("LIST") == (1 if listing else 0)
     assert server.sent("INFO") == (0 if listing else recounted)
     assert sum(patch.get("consumerCount") == 1 for _, patch in writer.patches) == recounted

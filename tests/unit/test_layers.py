@@ -61,8 +61,10 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
 
     import kopf
 
-    from jetstream_operator import main  # registers the handlers
+    from jetstream_operator import main  # noqa: F401  (registers the handlers)
+    from jetstream_operator.api.kinds import CONSUMER
     from jetstream_operator.cli import REGISTRY_HANDLERS
+    from jetstream_operator.reconcile.backed import STREAM_BACKED
 
     registry = kopf.get_default_registry()
     plurals = set()
@@ -72,7 +74,7 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
         assert inspect.iscoroutinefunction(handler.fn), handler
         # kopf logs each run as "Handler '<id>' succeeded": the CLI drops those lines by id.
         assert f"Handler '{handler.id}'".startswith(REGISTRY_HANDLERS), handler.id
-    kinds = (*(backed.resource for backed in main.STREAM_BACKED), main.CONSUMER)
+    kinds = (*(backed.resource for backed in STREAM_BACKED), CONSUMER)
     assert plurals >= {kind.plural for kind in kinds} | {"natsconnections"}
 
 

@@ -4,7 +4,7 @@ import asyncio
 import ctypes.util
 import json
 import platform
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import kopf
 import pytest
@@ -96,7 +96,7 @@ def test_tls_connections_get_the_smaller_read_buffer() -> None:
         async def buffer_size() -> int:
             loop = asyncio.get_running_loop()
             context = ssl.create_default_context()
-            protocol = sslproto.SSLProtocol(loop, asyncio.Protocol(), context, None)
+            protocol = sslproto.SSLProtocol(loop, asyncio.Protocol(), context, None)  # type: ignore[arg-type]  # CPython accepts no waiter
             return len(protocol.get_buffer(-1))
 
         assert asyncio.run(buffer_size()) == 64 * 1024 < default
@@ -106,17 +106,19 @@ def test_tls_connections_get_the_smaller_read_buffer() -> None:
 
 async def test_every_resource_shares_the_operators_memo() -> None:
     """kopf copies the memo into each object's memory; ours hands out itself instead."""
+    from kopf._cogs.structs.ephemera import AnyMemo
     from kopf._core.reactor.inventory import ResourceMemories
 
     from jetstream_operator.main import SharedMemo
 
     memo = SharedMemo()
     memo.registry = {}
+    shared = AnyMemo(memo)
     memories = ResourceMemories()
-    first = await memories.recall_memo({"metadata": {"uid": "a"}}, memobase=memo)
-    second = await memories.recall_memo({"metadata": {"uid": "b"}}, memobase=memo)
-    assert first is memo and second is memo
-    plain = kopf.Memo(registry={})
+    first = await memories.recall_memo({"metadata": {"uid": "a"}}, memobase=shared)
+    second = await memories.recall_memo({"metadata": {"uid": "b"}}, memobase=shared)
+    assert first is shared and second is shared
+    plain = AnyMemo(kopf.Memo(registry={}))
     assert await memories.recall_memo({"metadata": {"uid": "c"}}, memobase=plain) is not plain
 
 
@@ -163,7 +165,7 @@ async def test_kopf_decodes_its_watch_streams_and_listings_compactly_once_instal
 
     assert "json.loads(line" in inspect.getsource(api.stream)
     assert "fetching.fetch_objs(" in inspect.getsource(watching.continuous_watch)
-    saved_json, saved_listing = api.json, fetching.fetch_objs
+    saved_json, saved_listing = api.json, fetching.fetch_objs  # type: ignore[attr-defined]  # not re-exported by kopf
     full = {"metadata": {"uid": "u1", "managedFields": [{}]}, "spec": {"a": "b"}}
 
     async def listing(**_: object) -> AsyncIterator[tuple[list[dict[str, object]], str]]:
@@ -174,8 +176,9 @@ async def test_kopf_decodes_its_watch_streams_and_listings_compactly_once_instal
         assert compact_kopf_bodies()
         assert compact_kopf_bodies()  # twice wraps once
         line = '{"type": "ADDED", "object": {"metadata": {"uid": "u1", "managedFields": []}}}'
-        assert api.json.loads(line) == {"type": "ADDED", "object": {"metadata": {"uid": "u1"}}}
-        chunks = [chunk async for chunk in fetching.fetch_objs(logger=None)]
+        assert api.json.loads(line) == {"type": "ADDED", "object": {"metadata": {"uid": "u1"}}}  # type: ignore[attr-defined]  # not re-exported by kopf
+        wrapped: Callable[..., AsyncIterator[object]] = fetching.fetch_objs
+        chunks = [chunk async for chunk in wrapped(logger=None)]
         assert chunks == [([{"metadata": {"uid": "u1"}, "spec": {"a": "b"}}], "7")]
     finally:
-        api.json, fetching.fetch_objs = saved_json, saved_listing
+        api.json, fetching.fetch_objs = saved_json, saved_listing  # type: ignore[attr-defined]  # not re-exported by kopf
