@@ -66,9 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ.setdefault("POD_ID", f"{socket.gethostname()}-{os.getpid()}")
     kopf.run(
         clusterwide=not settings.namespaces,
-        # One pattern: kopf ORs the items of a list, so "team-*,!team-x" must stay whole for
-        # its negation to subtract.
-        namespaces=[",".join(settings.namespaces)] if settings.namespaces else [],
+        namespaces=settings.kopf_namespace_patterns(),
         liveness_endpoint=args.liveness,
         standalone=not settings.peering,
         peering_name=settings.peering,

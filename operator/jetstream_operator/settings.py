@@ -102,6 +102,21 @@ class OperatorSettings(BaseSettings):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    def kopf_namespace_patterns(self) -> list[str]:
+        """The namespaces setting as kopf patterns: every plain entry or glob adds namespaces,
+        every !negation takes them away, whatever the order.
+
+        kopf ORs the patterns of a list, but inside one comma-joined pattern a later glob only
+        re-admits what a negation before it removed: `team-a,team-b` as one pattern would
+        watch team-a alone. So each positive entry is a pattern of its own, carrying every
+        negation; negations alone are one pattern, where kopf implies a leading `*`.
+        """
+        negations = [entry for entry in self.namespaces if entry.startswith("!")]
+        positives = [entry for entry in self.namespaces if not entry.startswith("!")]
+        if not positives:
+            return [",".join(negations)] if negations else []
+        return [",".join([positive, *negations]) for positive in positives]
+
     def nats_servers(self) -> list[str]:
         return [server.strip() for server in self.nats_url.split(",") if server.strip()]
 
