@@ -286,6 +286,32 @@ async def test_an_idle_resync_writes_nothing_and_one_failing_resource_stops_no_o
     assert writer.patches == []
 
 
+async def test_a_stream_deleted_while_a_resync_lists_is_repaired_before_the_listing_ends() -> None:
+    """A listing of thousands of streams takes seconds: an advisory meanwhile is served at
+    once, and the older listing neither repairs the stream again nor writes over it."""
+    server = FakeJetStream()
+    streams = ResourceRegistry()
+    writer = RecordingWriter()
+    drift = watcher(streams, writer, FailureMemory())
+    for name in ("orders", "billing"):
+        streams.observe("ADDED", stream_body(name, f"uid-{name}", {"name": name.upper()}))
+    await drift.resync(as_api(server))
+    back_in_time: list[bool] = []
+
+    async def deleted_while_listing() -> None:
+        del server.streams["ORDERS"]
+        await drift.notify_stream("ORDERS")
+        deadline = asyncio.get_running_loop().time() + 1.0
+        while "ORDERS" not in server.streams and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        back_in_time.append("ORDERS" in server.streams)
+
+    server.after_listing = deleted_while_listing
+    await drift.resync(as_api(server))
+    assert back_in_time == [True]
+    assert server.sent("CREATE ORDERS") == 2 and server.sent("CREATE BILLING") == 1
+
+
 async def test_the_directory_explains_a_missing_or_required_connection() -> None:
     default = ConnectionTarget(("nats://127.0.0.1:4222",))
     directory = ConnectionDirectory(default, ResourceRegistry(), None, None)  # type: ignore[arg-type]

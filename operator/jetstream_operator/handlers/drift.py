@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import API_VERSION, metrics
 from ..api.kinds import CONSUMER, ResourceKind
@@ -45,6 +45,7 @@ from .results import Result, paused, unavailable
 from .status_writes import StatusBudget, status_patch
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OUTAGE_GRACE = 15.0
 """Seconds NATS may be unreachable before resources show it (at most three resyncs): a blip
@@ -551,16 +552,20 @@ class DriftWatcher:
     async def resync(self, jetstream: JetStreamApi) -> None:
         """One paged listing of all streams, and of the consumers the sweep chooses."""
         as_of = asyncio.get_running_loop().time()
-        listing = await jetstream.stream_listing()
+        listing = await self._serving_advisories(jetstream.stream_listing(), jetstream)
         self._listed = len(listing.infos)
         infos = listing.seen()
         # Left as they are until a listing sees them: an empty state stands in for theirs.
         await self._show_unseen(listing.unseen)
-        await all_of(
-            self._repair(kind.resource, resource, jetstream, infos.get(name), as_of=as_of)
-            for kind, registry in self._backed.items()
-            for resource in registry
-            if (name := kind.stream_name(resource.spec)) is not None and name not in listing.unseen
+        await self._serving_advisories(
+            all_of(
+                self._repair(kind.resource, resource, jetstream, infos.get(name), as_of=as_of)
+                for kind, registry in self._backed.items()
+                for resource in registry
+                if (name := kind.stream_name(resource.spec)) is not None
+                and name not in listing.unseen
+            ),
+            jetstream,
         )
         by_stream: dict[str, list[TrackedResource]] = {}
         for resource in self._consumers:
@@ -588,6 +593,31 @@ class DriftWatcher:
                 await self._repair(CONSUMER, resource, jetstream, known, infos[stream])
         # Later listings are newer than every look recorded before this one.
         self._looked_at = {uid: at for uid, at in self._looked_at.items() if at > as_of}
+
+    async def _serving_advisories(self, work: Awaitable[T], jetstream: JetStreamApi) -> T:
+        """Await a long part of a resync (a listing of thousands of streams takes seconds)
+        while repairing what advisories announce meanwhile, so a stream deleted during a
+        resync comes back in milliseconds, not after it. Safe beside the resync's own
+        repairs: both take the resource's lock, and a listing older than a look is not used."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                if self._pending_streams or self._pending_consumers:
+                    await self._repair_pending(jetstream)
+                    continue
+                if task.done():
+                    return task.result()
+                self._wakeup.clear()  # set again by the next advisory
+                woken = asyncio.ensure_future(self._wakeup.wait())
+                try:
+                    await asyncio.wait({task, woken}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def belongs(self, resource: TrackedResource) -> bool:
         """Whether the resource uses this watcher's connection."""
