@@ -894,6 +894,35 @@ async def drift_latency(
     }
 
 
+def after_drift(
+    bench: Bench, watches: list[ObjectWatch], quiet: float = 35.0, limit: float = 150.0
+) -> dict[str, Any]:
+    """The writes that follow the drift repairs, until none came for `quiet` seconds (longer
+    than a resync, so a status that only a resync corrects is counted here): the restart after
+    it then starts from resources in sync, as it claims."""
+    for each in watches:
+        each.count_from()
+    started = time.monotonic()
+    before = last = bench.writes()
+    last_change = started
+    while time.monotonic() - last_change < quiet and time.monotonic() - started < limit:
+        time.sleep(1.0)
+        now = bench.writes()
+        if foreground(now - last):
+            last_change = time.monotonic()
+        last = now
+    kinds, fields, examples = counted_changes(watches)
+    writes = last - before
+    return {
+        "quiet_after_s": last_change - started,
+        "settled": time.monotonic() - last_change >= quiet,
+        "writes": breakdown(Counter({k: n for k, n in writes.items() if n})),
+        "changed_fields": dict(fields),
+        "examples": examples,
+        "status_changes": dict(kinds),
+    }
+
+
 def restart(bench: Bench, watches: list[ObjectWatch], seconds: float) -> dict[str, Any]:
     """Stop the operator and start it again with every resource in place and in sync: the
     writes it makes in the next `seconds`, and when its last one was."""
@@ -1102,7 +1131,7 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                             bench.nats.url, f"B{size}", args.nack_drift_samples, 70.0, True
                         )
                     )
-                    time.sleep(5)
+                    row["after_drift"] = after_drift(bench, kinds + bench_watches)
                     row["restart"] = restart(bench, kinds + bench_watches, args.restart_seconds)
             add_floor(bench, row)
         finally:
@@ -1259,8 +1288,20 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             f"{idle_row['drift_at_once']['change_p50_ms']:.0f} ms, p99 "
             f"{idle_row['drift_at_once']['change_p99_ms']:.0f} ms "
             f"({idle_row['drift_at_once']['changes_repaired']} repaired); deleted at once: p50 "
-            f"{idle_row['drift_at_once']['delete_p50_ms']:.0f} ms "
+            f"{idle_row['drift_at_once']['delete_p50_ms']:.0f} ms, p99 "
+            f"{idle_row['drift_at_once']['delete_p99_ms']:.0f} ms "
             f"({idle_row['drift_at_once']['deletions_repaired']} recreated)",
+        ]
+        settling = idle_row.get("after_drift")
+        if settling is not None:
+            lines += [
+                f"- After the repairs: last write {settling['quiet_after_s']:.1f} s after the "
+                f"drift runs (quiet for 35 s: {'yes' if settling['settled'] else 'no'}); writes "
+                f"{settling['writes'] or 'none'}; fields changed: "
+                f"{breakdown(Counter(settling['changed_fields']))}",
+                *first_changes(settling),
+            ]
+        lines += [
             "",
             f"Restart with everything in place: healthy after {again['healthy_s']:.1f} s; "
             f"in the next {again['seconds']:.0f} s, status changes "
