@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import sys
@@ -433,15 +434,26 @@ class Bench:
 
     def operator_requests(self) -> dict[str, int]:
         """JetStream requests the operator made, by operation, from its own /metrics."""
+        return self.operator_counts("jetstream_operator_nats_request_duration_seconds_count")
+
+    def operator_counts(self, metric: str) -> dict[str, int]:
+        """One counter of the operator's /metrics, by its labels' values ("stream DELETED")."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as answer:
             text = answer.read().decode()
-        prefix = 'jetstream_operator_nats_request_duration_seconds_count{operation="'
         counts: dict[str, int] = {}
         for line in text.splitlines():
-            if line.startswith(prefix):
-                operation = line[len(prefix) :].split('"', 1)[0]
-                counts[operation] = int(float(line.rsplit(" ", 1)[1]))
+            if line.startswith(metric + "{"):
+                labels = re.findall(r'="([^"]*)"', line.split("}", 1)[0])
+                counts[" ".join(labels)] = int(float(line.rsplit(" ", 1)[1]))
+        return counts
+
+    def drift_counts(self) -> Counter[str]:
+        """Advisories the operator received and repairs it made, from its /metrics."""
+        advisories = self.operator_counts("jetstream_operator_advisories_total")
+        repairs = self.operator_counts("jetstream_operator_drift_repairs_total")
+        counts = Counter({f"advisory {key}": n for key, n in advisories.items()})
+        counts.update({f"repair {key}": n for key, n in repairs.items()})
         return counts
 
     def cpu_seconds(self) -> Counter[str]:
@@ -1123,6 +1135,7 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                     finally:
                         audit.close()
                     row["idle_rss"] = bench.operator_rss_mib()
+                    drift_before = bench.drift_counts()
                     row["drift"] = asyncio.run(
                         drift_latency(bench.nats.url, f"B{size}", args.drift_samples)
                     )
@@ -1132,6 +1145,7 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                         )
                     )
                     row["after_drift"] = after_drift(bench, kinds + bench_watches)
+                    row["drift_counts"] = dict(bench.drift_counts() - drift_before)
                     row["restart"] = restart(bench, kinds + bench_watches, args.restart_seconds)
             add_floor(bench, row)
         finally:
@@ -1300,6 +1314,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
                 f"{settling['writes'] or 'none'}; fields changed: "
                 f"{breakdown(Counter(settling['changed_fields']))}",
                 *first_changes(settling),
+                "- the operator's own count over the drift runs and after: "
+                + breakdown(Counter(idle_row.get("drift_counts") or {})),
             ]
         lines += [
             "",

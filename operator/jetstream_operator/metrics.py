@@ -33,6 +33,13 @@ DRIFT_REPAIRS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+ADVISORIES = Counter(
+    "jetstream_operator_advisories",
+    "JetStream advisories received, by what they are about (stream, consumer, api audit) and "
+    "action: set against the repairs, they tell a lost advisory from a skipped repair.",
+    ["about", "action"],
+    registry=REGISTRY,
+)
 NATS_REQUEST_SECONDS = Histogram(
     "jetstream_operator_nats_request_duration_seconds",
     "JetStream API request latency by operation (e.g. STREAM.INFO).",

@@ -1,9 +1,19 @@
 import json
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import cast
 
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from jetstream_operator.metrics import REGISTRY
 from jetstream_operator.nats.advisories import (
+    CONSUMER_ADVISORIES,
+    STREAM_ADVISORIES,
     consumer_from_subject,
     consumer_written_by_audit,
     stream_from_subject,
+    subscribe_changes,
 )
 
 
@@ -62,3 +72,38 @@ def test_audits_that_change_no_consumer_are_ignored() -> None:
 
 def test_pause_advisories_are_watched() -> None:
     assert consumer_from_subject("$JS.EVENT.ADVISORY.CONSUMER.PAUSE.S.C") == ("S", "C")
+
+
+async def test_every_stream_and_consumer_advisory_is_counted_by_action() -> None:
+    """The count is what tells a lost advisory from a repair that did not happen."""
+    callbacks: dict[str, Callable[[Msg], Awaitable[None]]] = {}
+
+    class Subscriber:
+        async def subscribe(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> None:
+            callbacks[subject] = cb
+
+    def counted(about: str, action: str) -> float:
+        labels = {"about": about, "action": action}
+        return REGISTRY.get_sample_value("jetstream_operator_advisories_total", labels) or 0.0
+
+    seen: list[object] = []
+
+    async def on_stream(stream: str) -> None:
+        seen.append(stream)
+
+    async def on_consumer(stream: str, consumer: str) -> None:
+        seen.append((stream, consumer))
+
+    before = counted("stream", "DELETED"), counted("consumer", "DELETED")
+    await subscribe_changes(cast(Client, Subscriber()), on_stream, on_consumer)
+    for subscription, subject in (
+        (STREAM_ADVISORIES, "$JS.EVENT.ADVISORY.STREAM.DELETED.ORDERS"),
+        (CONSUMER_ADVISORIES, "$JS.EVENT.ADVISORY.CONSUMER.DELETED.ORDERS.C"),
+    ):
+        message = cast(Msg, SimpleNamespace(subject=subject, data=b""))
+        await callbacks[subscription](message)
+    assert seen == ["ORDERS", ("ORDERS", "C")]
+    assert (counted("stream", "DELETED"), counted("consumer", "DELETED")) == (
+        before[0] + 1,
+        before[1] + 1,
+    )

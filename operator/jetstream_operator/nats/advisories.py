@@ -9,6 +9,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from ..metrics import ADVISORIES
+
 STREAM_ADVISORIES = "$JS.EVENT.ADVISORY.STREAM.*.*"
 CONSUMER_ADVISORIES = "$JS.EVENT.ADVISORY.CONSUMER.*.*.*"
 # The server sends no advisory when a consumer's config is updated, only this audit of every
@@ -24,6 +26,12 @@ def stream_from_subject(subject: str) -> str | None:
     if len(parts) != 6 or parts[3] != "STREAM" or parts[4] not in _WATCHED_ACTIONS:
         return None
     return parts[5]
+
+
+def _action(subject: str) -> str:
+    """CREATED, UPDATED, DELETED...: the fifth token of an advisory's subject."""
+    parts = subject.split(".")
+    return parts[4] if len(parts) > 4 else ""
 
 
 def consumer_from_subject(subject: str) -> tuple[str, str] | None:
@@ -78,11 +86,13 @@ async def subscribe_changes(
     anyone, and for consumers created or updated by other clients."""
 
     async def stream_message(message: Msg) -> None:
+        ADVISORIES.labels("stream", _action(message.subject)).inc()
         stream = stream_from_subject(message.subject)
         if stream is not None:
             await on_stream(stream)
 
     async def consumer_message(message: Msg) -> None:
+        ADVISORIES.labels("consumer", _action(message.subject)).inc()
         found = consumer_from_subject(message.subject)
         if found is not None:
             await on_consumer(*found)
