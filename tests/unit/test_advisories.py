@@ -12,6 +12,7 @@ from jetstream_operator.nats.advisories import (
     STREAM_ADVISORIES,
     consumer_from_subject,
     consumer_written_by_audit,
+    stream_deleted_by_audit,
     stream_from_subject,
     subscribe_changes,
 )
@@ -68,6 +69,21 @@ def test_audits_that_change_no_consumer_are_ignored() -> None:
     assert consumer_written_by_audit(info, None) is None
     broken = {**info, "subject": "$JS.API.CONSUMER.CREATE.S.C", "response": "{not json"}
     assert consumer_written_by_audit(broken, None) is None
+
+
+DELETED = {"type": "io.nats.jetstream.api.v1.stream_delete_response", "success": True}
+
+
+def test_a_stream_deleted_by_another_client_is_seen_in_the_audit() -> None:
+    """Its deletion advisory is sometimes lost; the audit of the request is the sure sign."""
+    theirs = audit("$JS.API.STREAM.DELETE.ORDERS", DELETED, "n1", 3)
+    assert stream_deleted_by_audit(theirs, ("n1", 7)) == "ORDERS"
+    ours = audit("$JS.API.STREAM.DELETE.ORDERS", DELETED, "n1", 7)
+    assert stream_deleted_by_audit(ours, ("n1", 7)) is None
+    missing = audit("$JS.API.STREAM.DELETE.ORDERS", {"error": {"code": 404, "err_code": 10059}})
+    assert stream_deleted_by_audit(missing, None) is None
+    info = audit("$JS.API.STREAM.INFO.ORDERS", DELETED)
+    assert stream_deleted_by_audit(info, None) is None
 
 
 def test_pause_advisories_are_watched() -> None:
