@@ -47,12 +47,13 @@ ClientIdentity = tuple[str, int]
 """(server name, client id): who made a request, as the audit names it."""
 
 
-def consumer_written_by_audit(
-    audit: dict[str, Any], ourselves: ClientIdentity | None
-) -> tuple[str, str] | None:
-    """(stream, consumer) a successful consumer create/update made by someone else changed."""
+def _others_answer(
+    audit: dict[str, Any], prefixes: str | tuple[str, ...], ourselves: ClientIdentity | None
+) -> tuple[str, dict[str, Any]] | None:
+    """(subject, response) of a request under `prefixes` that another client made and the
+    server did not refuse."""
     subject = str(audit.get("subject") or "")
-    if not subject.startswith(_CONSUMER_WRITES):
+    if not subject.startswith(prefixes):
         return None
     client = audit.get("client") or {}
     if ourselves is not None and (client.get("server"), client.get("id")) == ourselves:
@@ -63,7 +64,17 @@ def consumer_written_by_audit(
         return None
     if not isinstance(response, dict) or response.get("error"):
         return None
-    stream, name = response.get("stream_name"), response.get("name")
+    return subject, response
+
+
+def consumer_written_by_audit(
+    audit: dict[str, Any], ourselves: ClientIdentity | None
+) -> tuple[str, str] | None:
+    """(stream, consumer) a successful consumer create/update made by someone else changed."""
+    answer = _others_answer(audit, _CONSUMER_WRITES, ourselves)
+    if answer is None:
+        return None
+    stream, name = answer[1].get("stream_name"), answer[1].get("name")
     if not isinstance(stream, str) or not isinstance(name, str):
         return None
     return stream, name
@@ -74,19 +85,10 @@ def stream_deleted_by_audit(audit: dict[str, Any], ourselves: ClientIdentity | N
     stream's deletion advisory on the stream's own send queue while it shuts that queue down,
     and loses it now and then (3 of 70 in a bench run); the audit of the request is sent by the
     account, so it is the one to trust."""
-    subject = str(audit.get("subject") or "")
-    if not subject.startswith(_STREAM_DELETE):
+    answer = _others_answer(audit, _STREAM_DELETE, ourselves)
+    if answer is None or not answer[1].get("success"):
         return None
-    client = audit.get("client") or {}
-    if ourselves is not None and (client.get("server"), client.get("id")) == ourselves:
-        return None
-    try:
-        response = json.loads(audit.get("response") or "{}")
-    except ValueError:
-        return None
-    if not isinstance(response, dict) or response.get("error") or not response.get("success"):
-        return None
-    return subject[len(_STREAM_DELETE) :] or None
+    return answer[0][len(_STREAM_DELETE) :] or None
 
 
 def client_identity(connection: Client) -> ClientIdentity | None:
