@@ -151,14 +151,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             transient_max_delay=min(30.0, operator_settings.retry_max_delay),
         )
     )
-    budget = memo.budget = StatusBudget(
-        interval=operator_settings.status_interval,
-        rate=operator_settings.status_writes_per_second,
-        # A resync's worth of tokens, so the rate is what one gets, not the bucket's size.
-        burst=max(
-            operator_settings.status_writes_per_second,
-            operator_settings.status_writes_per_second * operator_settings.resync_interval,
-        ),
+    budget = memo.budget = StatusBudget.for_intervals(
+        operator_settings.status_interval,
+        operator_settings.status_writes_per_second,
+        operator_settings.resync_interval,
     )
     limit = request_limit(memo)
     kubernetes = memo.kubernetes = KubeApi(

@@ -108,3 +108,28 @@ def test_the_global_rate_bounds_counter_writes_across_resources() -> None:
         for i in range(100)
     )
     assert written == 5  # 10 s at 2/s refills 20, but the bucket holds 5
+
+
+def test_busy_passes_stay_within_the_bound_the_benchmark_reports() -> None:
+    """1,000 busy streams checked once a resync: 300 counter writes a minute in steady state,
+    and no window holds more than the rate plus one bucket."""
+    clock = Clock()
+    budget = StatusBudget.for_intervals(60.0, 5.0, 30.0)
+    budget.clock = clock
+    written_at: list[float] = []
+    for number in range(40):  # twenty minutes of passes, a little late each time
+        clock.now = number * 30.0 + number % 3
+        for i in range(1000):
+            resource = tracked(settled_status(messages=1), uid=f"u{i}")
+            if status_patch(resource, Result(SYNCED, status={"messages": 2}), budget):
+                written_at.append(clock.now)
+    steady = [t for t in written_at if 600.0 <= t < 1200.0]
+    assert 2900 <= len(steady) <= 3000
+    for seconds in (60.0, 120.0):
+        bound = budget.most_in(seconds, 1000)
+        assert bound == 5.0 * seconds + 150.0
+        busiest = max(
+            sum(start <= t < start + seconds for t in written_at)
+            for start in sorted(set(written_at))
+        )
+        assert budget.rate * seconds < busiest <= bound

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from math import inf
 from typing import Any
 
 from ..reconcile.conditions import conditions_for, same_conditions
@@ -101,6 +102,25 @@ class StatusBudget:
     _written: dict[str, float] = field(default_factory=dict)
     _tokens: float = -1.0
     _filled_at: float = 0.0
+
+    @classmethod
+    def for_intervals(
+        cls, status_interval: float, writes_per_second: float, resync_interval: float
+    ) -> StatusBudget:
+        """Passes come once a resync and find every changed resource at once: the bucket holds
+        a resync's worth, so the rate is what one gets, not the bucket's size. Any window of
+        `t` seconds therefore sees at most `rate * t + burst` counter writes."""
+        return cls(
+            interval=status_interval,
+            rate=writes_per_second,
+            burst=max(writes_per_second, writes_per_second * resync_interval),
+        )
+
+    def most_in(self, seconds: float, resources: int) -> float:
+        """The most counter writes any window of `seconds` may hold: the rate plus a full
+        bucket, and no more than each resource once per interval (plus one at the edge)."""
+        per_resource = resources * (seconds // self.interval + 1) if self.interval else inf
+        return min(self.rate * seconds + self.burst, per_resource)
 
     def allows(self, uid: str) -> bool:
         now = self.clock()
