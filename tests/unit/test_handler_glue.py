@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -310,6 +311,35 @@ async def test_a_stream_deleted_while_a_resync_lists_is_repaired_before_the_list
     await drift.resync(as_api(server))
     assert back_in_time == [True]
     assert server.sent("CREATE ORDERS") == 2 and server.sent("CREATE BILLING") == 1
+
+
+async def test_a_failed_repair_during_a_failed_listing_is_reported_and_leaks_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both parts of a resync failing at once: the repair's error is the one raised, and the
+    listing's is collected rather than logged later as "never retrieved"."""
+    drift = watcher(ResourceRegistry(), RecordingWriter(), FailureMemory())
+    unretrieved: list[str] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unretrieved.append(str(context["message"])))
+
+    async def listing() -> None:
+        raise ValueError("listing failed")
+
+    async def failing_repair(_: JetStreamApi) -> None:
+        await asyncio.sleep(0.01)  # the listing fails first
+        raise RuntimeError("repair failed")
+
+    monkeypatch.setattr(drift, "_repair_pending", failing_repair)
+    await drift.notify_stream("ORDERS")
+    try:
+        with pytest.raises(RuntimeError, match="repair failed"):
+            await drift._serving_advisories(listing(), as_api(FakeJetStream()))
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert unretrieved == []
 
 
 async def test_the_directory_explains_a_missing_or_required_connection() -> None:

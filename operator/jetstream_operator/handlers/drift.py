@@ -616,8 +616,11 @@ class DriftWatcher:
         finally:
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await asyncio.wait({task})
+            # What is on its way out (a failed repair, or the work's own failure) is the one to
+            # report: the work's ending is only collected, so it is never logged as unretrieved.
+            if not task.cancelled():
+                task.exception()
 
     def belongs(self, resource: TrackedResource) -> bool:
         """Whether the resource uses this watcher's connection."""
