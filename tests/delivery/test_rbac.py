@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kopf._cogs.clients.errors import APIForbiddenError
 from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_operator.k8s.client import ApiError
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.integration.helpers import Resources, eventually, is_ready
 
@@ -40,8 +42,13 @@ NAMESPACED_RELEASE = "jso-ns"
 NAMESPACED_RELEASE_NAMESPACE = "jso-ns-system"
 WATCHED = "jso-ns-watched"
 UNWATCHED = "jso-ns-unwatched"
-# Not after a comma: log timestamps end in milliseconds (",403]").
-PERMISSION_ERROR = re.compile(r"(?<!,)\b403\b|[Ff]orbidden")
+# How a refusal by RBAC reads in the operator's log: kopf's error class, our client's
+# ApiError ("PATCH ...: 403 Forbidden: ..."), the API server's own words, the Status code. Not a
+# bare 403 or "forbidden": resource versions ('403'), timestamps (",403]") and NATS errors
+# ("subject delete markers forbidden on mirrors") in the log of earlier tests' resources.
+PERMISSION_ERROR = re.compile(
+    r"APIForbiddenError|\b403 Forbidden\b|forbidden: User|['\"]code['\"]:\s*403\b"
+)
 
 
 # Not passed on to the local operator: the test's NATS is reached directly, and the metrics
@@ -224,6 +231,26 @@ async def test_operator_works_with_the_namespaced_service_account(
         assert not can_i(as_operator, "get", "secrets", namespace=namespace)
         assert not can_i(as_operator, "create", "events", namespace=namespace)
     assert not can_i(as_operator, "list", "streams", group=GROUP)  # cluster-wide
+
+
+def test_the_log_check_tells_a_refusal_from_look_alikes() -> None:
+    """The check above must still see the refusals both clients of the operator log."""
+    denial = (
+        'streams.jetstream-operator.io "s" is forbidden: User '
+        '"system:serviceaccount:jso-ns-system:jso-ns" cannot patch resource "streams"'
+    )
+    status = {"kind": "Status", "reason": "Forbidden", "message": denial, "code": 403}
+    refusals = [
+        f"[ERROR ] {ApiError('PATCH', '/apis/x/streams/s', 403, 'Forbidden', denial)}",
+        f"[ERROR ] Request failed: {APIForbiddenError(status, status=403, headers={})!r}",  # type: ignore[arg-type]
+    ]
+    look_alikes = [
+        "[2026-11-26 07:25:22,403] kopf.objects [DEBUG ] ...",
+        "Resuming is in progress: {'metadata': {'resourceVersion': '403'}}",
+        "NATS refused the config: subject delete markers forbidden on mirrors (error 10052)",
+    ]
+    assert all(PERMISSION_ERROR.search(line) for line in refusals), refusals
+    assert not any(PERMISSION_ERROR.search(line) for line in look_alikes)
 
 
 def _rule_set(role: dict[str, Any]) -> set[tuple[str, str, str]]:
