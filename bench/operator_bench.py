@@ -1008,7 +1008,7 @@ def busy(size: int, seconds: float, rate: float) -> dict[str, Any]:
         "published_per_s": published / (seconds + SETTINGS.status_interval + 5),
         "status_writes_per_min": changes * per_minute,
         "writes": breakdown(writes, per_minute),
-        "budget_per_min": budget.most_in(60, size),
+        "budget_per_min": min(budget.rate * 60, size * 60 / budget.interval),
         # A window of the run's length may also hold one full bucket, which a minute's rate
         # does not show: this is the figure the count must stay under.
         "bound_in_window": budget.most_in(seconds, size),
@@ -1340,8 +1340,9 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             "",
             f"Busy: {b['size']} streams receiving {b['published_per_s']:.0f} msg/s in all for "
             f"{b['seconds']:.0f} s: {b['status_writes_per_min']:.1f} status writes/min "
-            f"(budget {b['budget_per_min']:.0f}/min); {b.get('status_writes', 0):.0f} in the "
-            f"window, at most {b.get('bound_in_window', 0):.0f} allowed (the rate plus one "
+            f"(steady budget {b['budget_per_min']:.0f}/min); "
+            f"{b.get('status_writes', 0):.0f} in the window, at most "
+            f"{b.get('bound_in_window', 0):.0f} allowed (the rate plus one "
             f"resync's bucket); writes/min {b['writes']}",
         ]
     if "heap" in extras:
