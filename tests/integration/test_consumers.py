@@ -324,6 +324,11 @@ async def test_immutable_change_is_refused_then_recreates_when_opted_in(
         resources.patch_spec("consumers", "fixed", {"deliverPolicy": "new"})
     assert refused.value.status == 422
     assert "recreateOnImmutableChange" in (refused.value.body or "")
+    with pytest.raises(ApiException) as both:
+        resources.patch_spec("consumers", "fixed", {"deliverPolicy": "new", "ackPolicy": "all"})
+    assert "spec.deliverPolicy, spec.ackPolicy cannot change on an existing consumer" in (
+        both.value.body or ""
+    )
 
     jetstream = JetStreamApi(nc)
     before = await jetstream.consumer_info(stream, "FIXED")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -173,6 +174,27 @@ def test_immutable_change_is_refused_at_admission(
         resources.patch_spec("streams", "fixed", change)
     assert refused.value.status == 422
     assert message in (refused.value.body or "")
+
+
+def test_a_flag_that_cannot_be_turned_off_is_refused_on_its_own_field(
+    resources: Resources, namespace: str
+) -> None:
+    """The rule sits on the field (api/celcost.py): the error names spec.denyDelete."""
+    base = namespace.replace("-", "_").upper()
+    spec = {"name": base, "denyDelete": True}
+    resources.create("streams", {"kind": "Stream", "metadata": {"name": "kept"}, "spec": spec})
+    resources.patch_spec("streams", "kept", {"denyDelete": True, "maxMsgs": 10})  # unchanged: fine
+    with pytest.raises(ApiException) as refused:
+        resources.patch_spec("streams", "kept", {"denyDelete": False})
+    assert refused.value.status == 422
+    body = json.loads(refused.value.body or "{}")
+    causes = body["details"]["causes"]
+    assert [(c["field"], c["message"]) for c in causes] == [
+        (
+            "spec.denyDelete",
+            'Invalid value: "boolean": spec.denyDelete cannot be turned off once on',
+        )
+    ]
 
 
 @pytest.mark.parametrize(

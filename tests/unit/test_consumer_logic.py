@@ -276,10 +276,14 @@ def test_retention_defaults_to_delete_and_honours_nack_prevent_delete() -> None:
     assert not spec(deletionPolicy="Delete", preventDelete=True).retains_consumer()
 
 
-def _crd_rules() -> list[dict[str, str]]:
+def _spec_schema() -> dict[str, Any]:
     crd = next(c for c in all_crds() if c["spec"]["names"]["kind"] == "Consumer")
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    rules: list[dict[str, str]] = schema["x-kubernetes-validations"]
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return dict(schema["properties"]["spec"])
+
+
+def _crd_rules() -> list[dict[str, str]]:
+    rules: list[dict[str, str]] = _spec_schema()["x-kubernetes-validations"]
     return rules
 
 
@@ -301,10 +305,13 @@ def test_immutable_fields_are_refused_at_admission_unless_opted_in(field: str) -
     rule = next(r for r in _crd_rules() if f"oldSelf.{field}" in r["rule"])
     assert "self.recreateOnImmutableChange" in rule["rule"]
     assert "recreateOnImmutableChange: true" in rule["message"]
+    assert f"'spec.{field}'" in rule["messageExpression"]  # the failure names the field
 
 
 def test_identity_is_immutable_at_admission_without_an_opt_in() -> None:
-    identity = [r for r in _crd_rules() if "oldSelf.durableName" in r["rule"]]
+    # durableName is required, so its rule sits on the field itself (api/celcost.py).
+    identity = _spec_schema()["properties"]["durableName"]["x-kubernetes-validations"]
+    assert [r["rule"] for r in identity] == ["self == oldSelf"]
     identity += [r for r in _crd_rules() if "oldSelf.streamName" in r["rule"]]
     assert len(identity) == 2
     assert all("recreateOnImmutableChange" not in r["rule"] for r in identity)

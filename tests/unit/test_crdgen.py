@@ -8,7 +8,10 @@ import yaml
 
 from jetstream_operator.api.celcost import (
     always_present,
+    movable_rules,
+    move_single_field_rules,
     needless_presence_tests,
+    only_field_read,
     without_presence_tests,
 )
 from jetstream_operator.api.crdgen import all_crds, crd_files
@@ -106,3 +109,43 @@ def test_no_generated_rule_tests_the_presence_of_a_defaulted_field() -> None:
     this fails if the generator stops folding them away."""
     for crd in all_crds():
         assert needless_presence_tests(crd) == [], crd["spec"]["names"]["kind"]
+
+
+def test_a_rule_reading_one_always_present_field_moves_onto_it() -> None:
+    node: dict[str, Any] = {
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string"},
+            "sealed": {"type": "boolean", "default": False},
+            "mirror": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "count": {"type": "integer", "default": 0},
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.name == oldSelf.name", "message": "name"},
+            {"rule": "!(oldSelf.sealed) || (self.sealed)", "message": "sealed"},
+            # Stays: an optional field (the rule must also run when it is removed), two
+            # fields, a presence test, the object itself, a message expression.
+            {"rule": "self.mirror == oldSelf.mirror", "message": "mirror"},
+            {"rule": "self.count <= size(self.name)", "message": "two"},
+            {"rule": "!has(self.count) || self.count > 0", "message": "has"},
+            {"rule": "self.count == 0 || self == oldSelf", "message": "self"},
+            {"rule": "self.count >= 0", "messageExpression": "'at ' + string(self.count)"},
+        ],
+    }
+    assert only_field_read({"rule": "self.nameLonger == oldSelf.nameLonger"}) == "nameLonger"
+    move_single_field_rules(node)
+    kept = [r.get("message") for r in node["x-kubernetes-validations"]]
+    assert kept == ["mirror", "two", "has", "self", None]
+    assert node["properties"]["name"]["x-kubernetes-validations"] == [
+        {"rule": "self == oldSelf", "message": "name"}
+    ]
+    assert node["properties"]["sealed"]["x-kubernetes-validations"] == [
+        {"rule": "!(oldSelf) || (self)", "message": "sealed"}
+    ]
+    assert "x-kubernetes-validations" not in node["properties"]["mirror"]
+    assert movable_rules(node) == []
+
+
+def test_no_generated_rule_could_sit_on_the_one_field_it_reads() -> None:
+    for crd in all_crds():
+        assert movable_rules(crd) == [], crd["spec"]["names"]["kind"]

@@ -10,6 +10,11 @@ A field with a CRD default is always present when a rule runs: the API server ap
 to the request and to the stored object before validating. So a presence test on it is a wasted
 read. The rule helpers test presence everywhere (they do not know which fields have defaults);
 this module drops those tests from the generated CRDs, where the defaults are known.
+
+A rule that reads one always-present field and nothing else (`self.name == oldSelf.name`,
+`!oldSelf.sealed || self.sealed`) says the same on that field's own schema, where `self` is the
+value and reading it builds no property map at all; the API server runs it exactly when it ran
+before, since the field is there in every old and new object. Such rules are moved there.
 """
 
 from __future__ import annotations
@@ -57,7 +62,59 @@ def lighten_rules(schema: JsonSchema) -> JsonSchema:
         if present and RULES in node:
             for rule in node[RULES]:
                 rule["rule"] = without_presence_tests(rule["rule"], present)
+    return move_single_field_rules(schema)
+
+
+_FIELD_READ = re.compile(r"\b(?:self|oldSelf)\.([A-Za-z_][A-Za-z0-9_]*)")
+_ANY_SELF = re.compile(r"\b(?:self|oldSelf)\b")
+
+
+def only_field_read(rule: JsonSchema) -> str | None:
+    """The one field a rule reads when it reads nothing else of its object: no presence test,
+    no other field, no `self` on its own, no message expression."""
+    text = str(rule.get("rule", ""))
+    if "has(" in text or "messageExpression" in rule:
+        return None
+    fields = set(_FIELD_READ.findall(text))
+    if len(fields) != 1 or len(_ANY_SELF.findall(text)) != len(_FIELD_READ.findall(text)):
+        return None
+    return str(fields.pop())
+
+
+def _always_there(node: JsonSchema) -> set[str]:
+    return always_present(node) | set(node.get("required") or [])
+
+
+def move_single_field_rules(schema: JsonSchema) -> JsonSchema:
+    """Move, in place, every rule that reads only one always-present field onto that field."""
+    for node in _objects(schema):
+        there = _always_there(node)
+        kept = []
+        for rule in node.get(RULES, []):
+            field = only_field_read(rule)
+            if field is None or field not in there:
+                kept.append(rule)
+                continue
+            moved = dict(rule)
+            moved["rule"] = re.sub(
+                rf"\b(self|oldSelf)\.{re.escape(field)}\b", r"\1", str(rule["rule"])
+            )
+            node["properties"][field].setdefault(RULES, []).append(moved)
+        if kept:
+            node[RULES] = kept
+        else:
+            node.pop(RULES, None)
     return schema
+
+
+def movable_rules(schema: JsonSchema) -> list[str]:
+    """Rules still on an object that could sit on the one always-present field they read."""
+    return [
+        str(rule["rule"])
+        for node in _objects(schema)
+        for rule in node.get(RULES, [])
+        if (field := only_field_read(rule)) is not None and field in _always_there(node)
+    ]
 
 
 def needless_presence_tests(schema: JsonSchema) -> list[str]:
