@@ -305,7 +305,7 @@ def test_immutable_fields_are_refused_at_admission_unless_opted_in(field: str) -
     rule = next(r for r in _crd_rules() if f"oldSelf.{field}" in r["rule"])
     assert "self.recreateOnImmutableChange" in rule["rule"]
     assert "recreateOnImmutableChange: true" in rule["message"]
-    assert f"'spec.{field}'" in rule["messageExpression"]  # the failure names the field
+    assert f"', spec.{field}'" in rule["messageExpression"]  # the failure names the field
 
 
 def test_identity_is_immutable_at_admission_without_an_opt_in() -> None:
