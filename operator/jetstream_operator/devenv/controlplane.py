@@ -280,6 +280,8 @@ class ControlPlane:
             "--allow-privileged=true",
             f"--enable-priority-and-fairness={str(self.flow_control).lower()}",
             f"--profiling={str(self.profiling).lower()}",
+            "--feature-gates=MutatingAdmissionPolicy=true",
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         ]
         if self.node_address:
             return [

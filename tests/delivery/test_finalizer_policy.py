@@ -1,0 +1,128 @@
+"""The chart's finalizer policy as rendered: which API version, what it matches, and that its
+namespace conditions select exactly the namespaces the operator watches."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from kopf._cogs.structs.references import NamespaceName, match_namespace
+
+from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.main import FINALIZER
+from jetstream_operator.settings import OperatorSettings
+
+from .helpers import Helm, find, one
+
+pytestmark = pytest.mark.integration
+
+V1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+V1BETA1 = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
+POLICY = "templates/finalizer-policy.yaml"
+
+
+def rendered(
+    helm: Helm, values: dict[str, str], *served: str, kube_version: str | None = None
+) -> list[dict[str, Any]]:
+    """`served`: resource kinds as `helm install` discovers them (`--api-versions`)."""
+    extra = [arg for api in served for arg in ("--api-versions", api)]
+    if kube_version:
+        extra += ["--kube-version", kube_version]  # after the helper's own: the last one counts
+    return helm.render(values, *extra)
+
+
+@pytest.mark.parametrize(
+    ("setting", "served", "kube_version", "expected"),
+    [
+        ("auto", (), None, None),
+        ("auto", (V1BETA1,), None, "admissionregistration.k8s.io/v1beta1"),
+        ("auto", (V1, V1BETA1), None, "admissionregistration.k8s.io/v1"),
+        # Argo CD passes group versions without kinds: from 1.36 the version decides.
+        ("auto", (), "v1.36.0", "admissionregistration.k8s.io/v1"),
+        ("true", (), None, "admissionregistration.k8s.io/v1"),
+        ("true", (V1BETA1,), None, "admissionregistration.k8s.io/v1beta1"),
+        ("false", (V1, V1BETA1), "v1.36.0", None),
+    ],
+)
+def test_the_policy_is_made_where_the_api_is_served(
+    helm: Helm,
+    setting: str,
+    served: tuple[str, ...],
+    kube_version: str | None,
+    expected: str | None,
+) -> None:
+    objects = rendered(helm, {"admissionFinalizer": setting}, *served, kube_version=kube_version)
+    policies = find(objects, "MutatingAdmissionPolicy")
+    bindings = find(objects, "MutatingAdmissionPolicyBinding")
+    if expected is None:
+        assert policies == [] and bindings == []
+        return
+    assert [p["apiVersion"] for p in policies + bindings] == [expected, expected]
+    assert bindings[0]["spec"]["policyName"] == policies[0]["metadata"]["name"]
+
+
+def test_the_policy_adds_the_operators_finalizer_to_every_kind_on_creation(helm: Helm) -> None:
+    spec = one(rendered(helm, {}, V1), "MutatingAdmissionPolicy")["spec"]
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    crds = all_crds()
+    assert rule["apiGroups"] == sorted({crd["spec"]["group"] for crd in crds})
+    assert sorted(rule["resources"]) == sorted(crd["spec"]["names"]["plural"] for crd in crds)
+    # Creations only: an object being deleted must lose the finalizer when the operator is done.
+    assert rule["operations"] == ["CREATE"]
+    assert spec["failurePolicy"] == "Ignore"
+    assert "matchConditions" not in spec  # every namespace, as the operator without a list
+    (mutation,) = spec["mutations"]
+    expression = mutation["applyConfiguration"]["expression"]
+    assert f'finalizers: ["{FINALIZER}"]' in expression
+
+
+CANDIDATES = [
+    "default",
+    "platform",
+    "platform-x",
+    "team-a-1",
+    "team-a-x",
+    "team-b",
+    "team-b-1",
+    "app-q1",
+    "app-r1",
+    "app-r",
+    "kube-system",
+]
+
+
+@pytest.mark.parametrize(
+    "namespaces",
+    [
+        ["platform"],
+        ["team-a-*", "platform", "!team-a-x"],
+        ["!kube-*", "!team-b*"],
+        ["app-[!q]?", "team-?-1"],
+        ["team-*", "!team-a-?"],
+    ],
+)
+def test_the_policy_matches_exactly_the_watched_namespaces(
+    helm: Helm, namespaces: list[str]
+) -> None:
+    """The chart turns kopf's globs into CEL; kopf's own matcher says what the operator serves."""
+    values = {"watchNamespaces": "{" + ",".join(namespaces) + "}"}
+    spec = one(rendered(helm, values, V1), "MutatingAdmissionPolicy")["spec"]
+    conditions = [condition["expression"] for condition in spec["matchConditions"]]
+    patterns = OperatorSettings(namespaces=namespaces).kopf_namespace_patterns()
+    for name in CANDIDATES:
+        served = any(match_namespace(NamespaceName(name), pattern) for pattern in patterns)
+        assert admitted(conditions, name) == served, (name, conditions)
+
+
+def admitted(conditions: list[str], namespace: str) -> bool:
+    """Evaluates the two shapes of condition the chart writes:
+    `request.namespace.matches('<re>')`, negated or not."""
+    results = []
+    for expression in conditions:
+        found = re.fullmatch(r"(!?)request\.namespace\.matches\('(.*)'\)", expression)
+        assert found, f"unexpected condition {expression!r}"
+        negated, pattern = found.groups()
+        matches = re.search(pattern, namespace) is not None
+        results.append(matches != bool(negated))
+    return all(results)
