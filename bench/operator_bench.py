@@ -47,9 +47,11 @@ from kubernetes import client, config, watch
 
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.devenv import admission
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.figures import apiserver_writes as served_writes
 from jetstream_operator.devenv.figures import flow_control_waits
+from jetstream_operator.devenv.gobuild import ensure_tools
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
@@ -341,6 +343,9 @@ class Bench:
     """APPLY_ORDERS, the same for every bench of a run (--apply-order)."""
     profiling = False
     """Serve kube-apiserver's /debug/pprof (--apiserver-profile)."""
+    admission_finalizer = True
+    """Install the chart's finalizer policy for each operator, as the chart does where the API
+    is served (--admission-finalizer)."""
 
     def __init__(self, workdir: Path, cluster: bool = False) -> None:
         self.workdir = workdir
@@ -370,6 +375,8 @@ class Bench:
             str(self.plane.kubeconfig)
         )
         apply_crds(self.api, all_crds())
+        if self.admission_finalizer:
+            self.install_finalizer_policies(namespaces or [""])
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
         self.identities = identities.identities(self.plane, self.api, self.identity_mode)
@@ -395,6 +402,23 @@ class Bench:
             self.operators.append(operator)
             operator.start(timeout)
 
+    def install_finalizer_policies(self, selections: list[str]) -> None:
+        """One policy per operator, as one Helm release per share would make, each for its
+        operator's namespaces; then wait until one takes effect (the API server polls new
+        CRDs' schemas every 5 s, and refuses their creations until then)."""
+        helm = ensure_tools(["helm"])["helm"]
+        for index, selection in enumerate(selections):
+            entries = [entry for entry in selection.split(",") if entry]
+            admission.install(
+                self.api, admission.render_finalizer_policy(helm, entries, f"bench-{index}")
+            )
+        first = [entry for entry in selections[0].split(",") if entry]
+        plain = [entry for entry in first if not set(entry) & set("*?![]")]
+        probe = plain[0] if plain else "default"
+        if probe != "default":
+            self.namespace(probe)
+        admission.wait_until_effective(self.api, probe)
+
     def stop(self) -> None:
         for operator in self.operators:
             operator.stop()
@@ -404,7 +428,11 @@ class Bench:
         self.plane.stop()
 
     def namespace(self, name: str) -> str:
-        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        try:
+            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        except client.ApiException as error:
+            if error.status != 409:  # made earlier, e.g. to probe the finalizer policy
+                raise
         return name
 
     def create_one(self, namespace: str, plural: str, body: dict[str, Any]) -> None:
@@ -1266,7 +1294,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
     settings = ", ".join(f"{k}={v}" for k, v in sorted(OPERATOR_ENV.items())) or "defaults"
     lines = [
         f"Machine: {machine()}; operator settings: {settings}; identities: {Bench.identity_mode}; "
-        f"applied: {Bench.apply_order}",
+        f"applied: {Bench.apply_order}; finalizer at admission: "
+        f"{'on' if Bench.admission_finalizer else 'off'}",
         "",
         *(convergence_table(rows) if rows else []),
     ]
@@ -1433,6 +1462,13 @@ def main() -> int:
         help="kinds: every stream, then every consumer; pairs: each stream with its consumer",
     )
     parser.add_argument(
+        "--admission-finalizer",
+        choices=["on", "off"],
+        default="on",
+        help="on: the chart's MutatingAdmissionPolicy adds the finalizer at creation (the "
+        "chart's default where the API is served); off: the operator patches it in",
+    )
+    parser.add_argument(
         "--operator-env",
         action="append",
         default=[],
@@ -1443,6 +1479,7 @@ def main() -> int:
     OPERATOR_ENV.update(pair.split("=", 1) for pair in args.operator_env)
     Bench.identity_mode = args.identities
     Bench.apply_order = args.apply_order
+    Bench.admission_finalizer = args.admission_finalizer == "on"
     Bench.profiling = args.apiserver_profile is not None
     if args.sizes and args.idle_size and args.idle_size not in args.sizes:
         parser.error("--idle-size must be one of --sizes, or 0")

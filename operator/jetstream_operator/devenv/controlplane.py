@@ -280,6 +280,7 @@ class ControlPlane:
             "--allow-privileged=true",
             f"--enable-priority-and-fairness={str(self.flow_control).lower()}",
             f"--profiling={str(self.profiling).lower()}",
+            # The chart's finalizer policy: GA from 1.36, beta and off by default in 1.34.
             "--feature-gates=MutatingAdmissionPolicy=true",
             "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         ]
