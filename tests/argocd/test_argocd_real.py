@@ -6,6 +6,7 @@ docs/argocd/README.md tells users to. The operator runs from the checkout.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -255,6 +256,18 @@ async def test_pruned_streams_follow_their_deletion_policy(
     assert await jetstream.stream_info(retained) is not None
 
 
+@pytest.fixture
+def release_policies_removed(api_client: client.ApiClient, namespace: str) -> Iterator[None]:
+    """Deleting an Application leaves what it applied. The chart's finalizer policy is
+    cluster-wide, so it must not outlive this test: every later test would get it."""
+    yield
+    admission = client.AdmissionregistrationV1beta1Api(api_client)
+    selector = f"app.kubernetes.io/instance={namespace[:53]}"
+    admission.delete_collection_mutating_admission_policy_binding(label_selector=selector)
+    admission.delete_collection_mutating_admission_policy(label_selector=selector)
+
+
+@pytest.mark.usefixtures("release_policies_removed")
 def test_the_chart_with_peering_as_a_plain_manifest(
     argocd: ArgoCD,
     git_repo: GitRepo,
@@ -297,6 +310,13 @@ def test_the_chart_with_peering_as_a_plain_manifest(
     assert peering["status"] == "Synced" and not peering.get("hook"), peering
     roles = {r["name"] for r in managed if r["kind"] == "ClusterRole"}
     assert {name for name in roles if name.endswith(("-view", "-edit"))}, roles
+    # Argo CD gives `helm template` the cluster's kinds, so the chart finds the policy's API.
+    policies = [r for r in managed if r["kind"].startswith("MutatingAdmissionPolicy")]
+    assert sorted(r["kind"] for r in policies) == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    ], managed
+    assert {r["version"] for r in policies} == {"v1beta1"}, policies
     peerings = client.CustomObjectsApi(api_client)
     name = peering["name"]
     uid = json_body(

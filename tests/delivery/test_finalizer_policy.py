@@ -38,7 +38,7 @@ def rendered(
         ("auto", (), None, None),
         ("auto", (V1BETA1,), None, "admissionregistration.k8s.io/v1beta1"),
         ("auto", (V1, V1BETA1), None, "admissionregistration.k8s.io/v1"),
-        # Argo CD passes group versions without kinds: from 1.36 the version decides.
+        # A plain `helm template` knows no kinds: from 1.36 the version decides.
         ("auto", (), "v1.36.0", "admissionregistration.k8s.io/v1"),
         ("true", (), None, "admissionregistration.k8s.io/v1"),
         ("true", (V1BETA1,), None, "admissionregistration.k8s.io/v1beta1"),
