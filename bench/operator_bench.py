@@ -375,10 +375,10 @@ class Bench:
             str(self.plane.kubeconfig)
         )
         apply_crds(self.api, all_crds())
-        if self.admission_finalizer:
-            self.install_finalizer_policies(namespaces or [""])
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
+        if self.admission_finalizer:
+            self.install_finalizer_policies(namespaces or [""])
         self.identities = identities.identities(self.plane, self.api, self.identity_mode)
         self.applier = client.CustomObjectsApi(
             config.new_client_from_config(str(self.identities.applier))  # type: ignore[no-untyped-call]
