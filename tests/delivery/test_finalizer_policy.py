@@ -4,6 +4,7 @@ namespace conditions select exactly the namespaces the operator watches."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.main import FINALIZER
 from jetstream_operator.settings import OperatorSettings
 
-from .helpers import Helm, find, one
+from .helpers import Helm, find, one, run
 
 pytestmark = pytest.mark.integration
 
@@ -126,3 +127,19 @@ def admitted(conditions: list[str], namespace: str) -> bool:
         matches = re.search(pattern, namespace) is not None
         results.append(matches != bool(negated))
     return all(results)
+
+
+def test_the_api_server_accepts_the_policy_with_globs_and_negations(
+    helm: Helm, kubectl: Path, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The CEL of the conditions compiles where it counts: a server-side dry run."""
+    values = {"watchNamespaces": "{team-a-*,platform,!team-a-x,app-[!q]?}"}
+    rendered_policy = helm.template(values, "--api-versions", V1BETA1, "--show-only", POLICY)
+    assert rendered_policy.returncode == 0, rendered_policy.stderr
+    manifest = tmp_path / "policy.yaml"
+    manifest.write_text(rendered_policy.stdout)
+    applied = run(
+        [kubectl, "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", manifest]
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("(server dry run)") == 2, applied.stdout
