@@ -18,12 +18,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .. import GROUP, VERSION
 from .paths import KUBERNETES_VERSION
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "jetstream-operator"
 POLICY_TEMPLATE = "templates/finalizer-policy.yaml"
 SERVED_POLICY_API = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
-GROUP = "jetstream-operator.io"
+FINALIZER = f"{GROUP}/finalizer"
+"""The operator's (main.FINALIZER), named here without importing the operator's handlers."""
 
 
 def render_finalizer_policy(
@@ -57,37 +59,38 @@ def render_finalizer_policy(
     return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
 
 
+def _kind(document: dict[str, Any]) -> str:
+    """The client's method suffix for a rendered document."""
+    return "policy_binding" if document["kind"].endswith("Binding") else "policy"
+
+
 def install(api: client.ApiClient, documents: Sequence[dict[str, Any]]) -> None:
     """Create (or replace) the policy and binding."""
     admission = client.AdmissionregistrationV1beta1Api(api)
     for document in documents:
-        kind = "policy_binding" if document["kind"].endswith("Binding") else "policy"
-        create = getattr(admission, f"create_mutating_admission_{kind}")
-        replace = getattr(admission, f"replace_mutating_admission_{kind}")
+        kind, name = _kind(document), document["metadata"]["name"]
         try:
-            create(document)
+            getattr(admission, f"create_mutating_admission_{kind}")(document)
         except ApiException as error:
             if error.status != 409:
                 raise
-            current = getattr(admission, f"read_mutating_admission_{kind}")(
-                document["metadata"]["name"]
-            )
-            document = {
-                **document,
-                "metadata": {
-                    **document["metadata"],
-                    "resourceVersion": current.metadata.resource_version,
-                },
+            current = getattr(admission, f"read_mutating_admission_{kind}")(name)
+            metadata = {
+                **document["metadata"],
+                "resourceVersion": current.metadata.resource_version,
             }
-            replace(document["metadata"]["name"], document)
+            getattr(admission, f"replace_mutating_admission_{kind}")(
+                name, {**document, "metadata": metadata}
+            )
 
 
 def uninstall(api: client.ApiClient, documents: Sequence[dict[str, Any]]) -> None:
     admission = client.AdmissionregistrationV1beta1Api(api)
     for document in documents:
-        kind = "policy_binding" if document["kind"].endswith("Binding") else "policy"
         try:
-            getattr(admission, f"delete_mutating_admission_{kind}")(document["metadata"]["name"])
+            getattr(admission, f"delete_mutating_admission_{_kind(document)}")(
+                document["metadata"]["name"]
+            )
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -98,21 +101,21 @@ def adds_finalizer(api: client.ApiClient, namespace: str) -> bool:
     dry run. The policy takes effect once the API server's informers have it; until its schema
     poll (every 5 s) has seen a newly made CRD, it refuses creations with 503."""
     probe = {
-        "apiVersion": f"{GROUP}/v1alpha1",
+        "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Stream",
         "metadata": {"generateName": "admission-probe-"},
         "spec": {"name": "ADMISSION_PROBE", "subjects": ["admission.probe"]},
     }
     try:
         created = client.CustomObjectsApi(api).create_namespaced_custom_object(
-            GROUP, "v1alpha1", namespace, "streams", probe, dry_run="All"
+            GROUP, VERSION, namespace, "streams", probe, dry_run="All"
         )
     except ApiException as error:
         if error.status == 503:
             return False
         raise
     metadata: dict[str, Any] = cast(dict[str, Any], created)["metadata"]
-    return f"{GROUP}/finalizer" in (metadata.get("finalizers") or [])
+    return FINALIZER in (metadata.get("finalizers") or [])
 
 
 def wait_until_effective(api: client.ApiClient, namespace: str, timeout: float = 30.0) -> None:
