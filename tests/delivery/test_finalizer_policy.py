@@ -42,6 +42,8 @@ def rendered(
         ("auto", (V1, V1BETA1), None, "admissionregistration.k8s.io/v1"),
         # A plain `helm template` knows no kinds: from 1.36 the version decides.
         ("auto", (), "v1.36.0", "admissionregistration.k8s.io/v1"),
+        # Kinds known, and the policy's not among them: turned off on this cluster.
+        ("auto", ("apps/v1/Deployment",), "v1.36.0", None),
         ("true", (), None, "admissionregistration.k8s.io/v1"),
         ("true", (V1BETA1,), None, "admissionregistration.k8s.io/v1beta1"),
         ("false", (V1, V1BETA1), "v1.36.0", None),
