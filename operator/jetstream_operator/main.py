@@ -35,7 +35,7 @@ from .handlers.registry import (
 from .handlers.results import Result, deletion_blocked, paused, released, unavailable
 from .handlers.status_writes import StatusBudget, status_changes, status_patch
 from .k8s.client import KubeApi
-from .k8s.login import RequestLimit, credentials, limited_session
+from .k8s.login import CreationBurst, RequestLimit, credentials, limited_session
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import ResourceWriter
@@ -87,12 +87,14 @@ def tune_queueing(settings: kopf.OperatorSettings, workers: int) -> None:
 
 def request_limit(memo: kopf.Memo) -> RequestLimit | None:
     """One limit for all the operator's Kubernetes requests, kopf's and its own, so both step
-    back while the API server is slow; made by whichever of login and startup runs first."""
+    back while the API server is slow or people create resources in a burst; made by whichever
+    of login and startup runs first."""
     if "kube_request_limit" not in memo:
         ours = OperatorSettings()
+        burst = CreationBurst(ours.yield_to_creations) if ours.yield_to_creations else None
         memo.kube_request_limit = (
-            RequestLimit(ours.kube_requests, ours.kube_requests_adaptive)
-            if ours.kube_requests
+            RequestLimit(ours.kube_requests, ours.kube_requests_adaptive, burst)
+            if ours.kube_requests or burst
             else None
         )
     limit: RequestLimit | None = memo.kube_request_limit

@@ -64,6 +64,22 @@ KUBE_REQUESTS_WAITING = Gauge(
     registry=REGISTRY,
 )
 
+CREATIONS_SEEN = Counter(
+    "jetstream_operator_creations_seen",
+    "New resources of the operator's kinds seen on its watches (ADDED events).",
+    registry=REGISTRY,
+)
+WRITES_YIELDED = Counter(
+    "jetstream_operator_kube_writes_yielded",
+    "Kubernetes writes of the operator that waited while resources were created in a burst.",
+    registry=REGISTRY,
+)
+YIELDED_SECONDS = Counter(
+    "jetstream_operator_kube_writes_yielded_seconds",
+    "Seconds those writes waited, in all.",
+    registry=REGISTRY,
+)
+
 ReadyCounts = Callable[[], Iterable[tuple[str, str, int]]]
 ConnectionStates = Callable[[], Iterable[tuple[str, bool]]]
 

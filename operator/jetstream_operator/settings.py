@@ -76,6 +76,11 @@ class OperatorSettings(BaseSettings):
     (k8s/login.py, AdaptiveLimit): it then spends its time on others' requests first. With it,
     the user's applies beside 2,000 new resources were slowed 1.35-1.6x instead of 2.3-3.4x
     with a fixed limit of 8 (benchmarks.md)."""
+    yield_to_creations: float = Field(default=30.0, ge=0)
+    """While people create resources of the operator's kinds in a burst (at least 32 in a
+    second; k8s/login.py, CreationBurst), the operator's Kubernetes writes wait until it ends,
+    for at most this many seconds from its start, so their own applies go first; 0 never
+    waits. The work in NATS goes on meanwhile."""
     peering_lifetime: int = Field(default=60, ge=2)
     """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from nats.aio.client import Client
@@ -89,3 +90,36 @@ async def test_metrics_follow_reconciles_and_repairs(
     assert value(after, 'jetstream_operator_connection_up{connection="default"}') == 1
     log_line = operator_process.tail(200).splitlines()[-1]
     assert log_line.startswith("{"), "JSON log format was asked for"
+
+
+async def test_writes_yield_to_a_burst_of_creations(
+    metrics_url: str, resources: Resources, namespace: str
+) -> None:
+    """kopf's real watch, read through the request limit, shows the creations to the operator,
+    which holds its writes back until they stop; nothing is lost meanwhile."""
+    before = scrape(metrics_url)
+    prefix = namespace.replace("-", "_").upper()
+    names = [f"burst-{i}" for i in range(96)]
+
+    def create(name: str) -> None:
+        resources.create(
+            "streams",
+            {"kind": "Stream", "metadata": {"name": name}, "spec": {"name": f"{prefix}_{name}"}},
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, names))
+
+    async def all_ready() -> bool:
+        return all(is_ready(resources.get("streams", name)) for name in names)
+
+    await eventually(all_ready, timeout=60)
+    after = scrape(metrics_url)
+    seen = value(after, "jetstream_operator_creations_seen_total") - value(
+        before, "jetstream_operator_creations_seen_total"
+    )
+    yielded = value(after, "jetstream_operator_kube_writes_yielded_total") - value(
+        before, "jetstream_operator_kube_writes_yielded_total"
+    )
+    assert seen >= len(names)
+    assert yielded >= 1

@@ -8,7 +8,7 @@ from typing import Any
 
 from yarl import URL
 
-from jetstream_operator.k8s.login import AdaptiveLimit, RequestLimit
+from jetstream_operator.k8s.login import AdaptiveLimit, CreationBurst, RequestLimit
 from jetstream_operator.metrics import REGISTRY
 
 BASE = "https://127.0.0.1:6443/apis/jetstream-operator.io/v1alpha1/streams"
@@ -29,6 +29,10 @@ class Server:
             await self.release.wait()
         finally:
             self.in_flight -= 1
+        return request.url
+
+    @staticmethod
+    async def answer(request: Any) -> Any:
         return request.url
 
 
@@ -138,3 +142,139 @@ async def test_an_adaptive_limit_holds_requests_back_while_answers_are_slow() ->
     assert limit.limit < 8
     assert REGISTRY.get_sample_value("jetstream_operator_kube_requests_limit") == limit.limit
     assert REGISTRY.get_sample_value("jetstream_operator_kube_requests_waiting") == 0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_burst_of_creations_holds_until_it_has_been_quiet() -> None:
+    clock = FakeClock()
+    burst = CreationBurst(5.0, threshold=32, window=1.0, quiet=0.25, clock=clock)
+    for _ in range(8):
+        burst.seen(5)
+        clock.now += 0.1
+    assert burst.holding()
+    clock.now += 0.2  # 0.3 s since the last creation
+    assert not burst.holding()
+
+
+def test_a_few_creations_hold_nothing() -> None:
+    clock = FakeClock()
+    burst = CreationBurst(5.0, threshold=32, clock=clock)
+    burst.seen(31)
+    assert not burst.holding()
+    clock.now += 1.5  # the first 31 are out of the window by the time more come
+    burst.seen(31)
+    assert not burst.holding()
+    burst.seen(1)
+    assert burst.holding()
+
+
+def test_a_burst_that_never_ends_holds_writes_once_for_at_most_its_hold() -> None:
+    clock = FakeClock()
+    burst = CreationBurst(30.0, threshold=32, clock=clock)
+    held = []
+    for _ in range(600):  # 50 creations a second for a minute
+        burst.seen(5)
+        clock.now += 0.1
+        held.append(burst.holding())
+    assert not held[5] and held[6]  # from the 32nd creation within a second
+    assert 299 <= sum(held) <= 301  # for 30 s, then no more
+    clock.now += 1.0  # a quiet second ends the burst; the next one holds again
+    for _ in range(10):
+        burst.seen(5)
+        clock.now += 0.1
+    assert burst.holding()
+
+
+async def test_a_write_waits_for_the_rest_of_the_burst_only() -> None:
+    burst = CreationBurst(0.3, threshold=1, quiet=0.05)
+
+    async def creating() -> None:
+        while True:
+            burst.seen(1)
+            await asyncio.sleep(0.01)
+
+    creator = asyncio.create_task(creating())
+    await asyncio.sleep(0.02)
+    try:
+        first = await burst.wait()
+        later = await burst.wait()  # the burst goes on, but has had its hold
+    finally:
+        creator.cancel()
+    assert 0.25 <= first < 0.6
+    assert later == 0.0
+
+
+class WatchBody:
+    """A watch response's body as aiohttp gives it, in the chunks the server sent."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def _chunks(self) -> Any:
+        for chunk in self.chunks:
+            yield chunk
+
+    def iter_chunked(self, size: int) -> Any:
+        return self._chunks()
+
+    def exception(self) -> None:
+        return None
+
+
+def added(name: str) -> bytes:
+    return b'{"type":"ADDED","object":{"metadata":{"name":"%s"}}}\n' % name.encode()
+
+
+async def read_watch(limit: RequestLimit, url: str, chunks: list[bytes]) -> bytes:
+    async def server(request: Any) -> Any:
+        return SimpleNamespace(content=WatchBody(chunks))
+
+    response = await limit(request(url, "GET"), server)
+    return b"".join([chunk async for chunk in response.content.iter_chunked(1024)])
+
+
+async def test_writes_wait_while_our_watches_bring_a_burst_of_creations() -> None:
+    burst = CreationBurst(2.0, threshold=32, quiet=0.1)
+    limit = RequestLimit(8, burst=burst)
+    chunks = [b"".join(added(f"s{i}-{j}") for j in range(10)) for i in range(5)]
+    body = await read_watch(limit, f"{BASE}?watch=true", chunks)
+    assert body == b"".join(chunks)  # passed through unchanged
+    assert burst.holding()
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await limit(request(f"{BASE}/s0", "GET"), Server.answer)
+    assert loop.time() - started < 0.05  # reads go on
+    await limit(request(f"{BASE}/s0/status", "PATCH"), Server.answer)
+    assert 0.05 <= loop.time() - started < 1.0  # the write waited for the quiet
+
+
+async def test_creations_of_other_kinds_hold_nothing() -> None:
+    burst = CreationBurst(2.0, threshold=1)
+    limit = RequestLimit(8, burst=burst)
+    events = [added(f"n{i}") for i in range(50)]
+    await read_watch(limit, "https://127.0.0.1:6443/api/v1/namespaces?watch=true", events)
+    assert not burst.holding()
+    modified = [line.replace(b"ADDED", b"MODIFIED") for line in events]
+    await read_watch(limit, f"{BASE}?watch=true", modified)
+    assert not burst.holding()
+
+
+async def test_no_limit_still_yields_to_a_burst() -> None:
+    burst = CreationBurst(2.0, threshold=1, quiet=0.1)
+    limit, server = RequestLimit(0, burst=burst), Server()
+    await read_watch(limit, f"{BASE}?watch=true", [added("s0")])
+    calls = [asyncio.create_task(limit(request(f"{BASE}/s{i}"), server)) for i in range(50)]
+    await asyncio.sleep(0.02)
+    assert server.in_flight == 0
+    await asyncio.sleep(0.3)
+    assert server.in_flight == 50  # no cap on how many go at once afterwards
+    server.release.set()
+    await asyncio.gather(*calls)

@@ -10,15 +10,24 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import kopf
 from aiohttp.client_middlewares import ClientHandlerType
 
-from ..metrics import KUBE_REQUEST_LIMIT, KUBE_REQUESTS_WAITING
+from .. import GROUP
+from ..metrics import (
+    CREATIONS_SEEN,
+    KUBE_REQUEST_LIMIT,
+    KUBE_REQUESTS_WAITING,
+    WRITES_YIELDED,
+    YIELDED_SECONDS,
+)
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -103,18 +112,118 @@ class AdaptiveLimit:
             self._answers_since_change = 0
 
 
+class CreationBurst:
+    """Whether people are creating resources of the operator's kinds in a burst right now.
+
+    A `kubectl apply` or an Argo CD sync of hundreds of resources competes with the operator's
+    own writes for the API server's CPU; each write the operator makes during the burst slows
+    the apply down, and the apply's last resource is what the person waits for. While the
+    operator's watches bring at least `threshold` creations (ADDED events) within `window`
+    seconds, and the last came within `quiet` seconds, its writes wait, for at most
+    `most_hold` seconds from the start of the burst: a burst that never ends delays the
+    operator once, then no more. Reads and the work in NATS go on meanwhile.
+    """
+
+    def __init__(
+        self,
+        most_hold: float,
+        threshold: int = 32,
+        window: float = 1.0,
+        quiet: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.most_hold, self.threshold = most_hold, threshold
+        self.window, self.quiet = window, quiet
+        self.clock = clock
+        self._arrivals: deque[tuple[float, int]] = deque()
+        self._in_window = 0
+        self._last = -math.inf
+        self._began: float | None = None
+
+    def seen(self, creations: int) -> None:
+        if creations <= 0:
+            return
+        CREATIONS_SEEN.inc(creations)
+        now = self.clock()
+        if now - self._last >= self.quiet:
+            self._began = None  # a new burst, whether or not anyone asked in between
+        self._arrivals.append((now, creations))
+        self._in_window += creations
+        self._last = now
+        self._forget_before(now - self.window)
+
+    def holding(self) -> bool:
+        now = self.clock()
+        self._forget_before(now - self.window)
+        if now - self._last >= self.quiet or self._in_window < self.threshold:
+            self._began = None
+            return False
+        if self._began is None:
+            self._began = now
+        return now - self._began < self.most_hold
+
+    def _forget_before(self, moment: float) -> None:
+        while self._arrivals and self._arrivals[0][0] < moment:
+            self._in_window -= self._arrivals.popleft()[1]
+
+    async def wait(self) -> float:
+        """Until the burst is over or has been held for `most_hold`; the seconds waited."""
+        if not self.holding():
+            return 0.0
+        started = self.clock()
+        WRITES_YIELDED.inc()
+        try:
+            while self.holding():
+                await asyncio.sleep(self.quiet)
+        finally:
+            YIELDED_SECONDS.inc(self.clock() - started)
+        return self.clock() - started
+
+
+ADDED = b'{"type":"ADDED"'
+"""How kube-apiserver starts a watch event for a new object (JSON, no spaces)."""
+
+
+class _CountingContent:
+    """A watch response's body that reports the creations passing through it. kopf reads a
+    watch with `iter_chunked` only; everything else is the original stream's."""
+
+    def __init__(self, content: aiohttp.StreamReader, seen: Callable[[int], None]) -> None:
+        self._content = content
+        self._seen = seen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._content, name)
+
+    def iter_chunked(self, size: int) -> AsyncIterator[bytes]:
+        return self._counted(size)
+
+    async def _counted(self, size: int) -> AsyncIterator[bytes]:
+        async for data in self._content.iter_chunked(size):
+            self._seen(data.count(ADDED))
+            yield data
+
+
+def is_watch(request: aiohttp.ClientRequest) -> bool:
+    return request.url.query.get("watch") in ("true", "1")
+
+
 class RequestLimit:
     """At most `limit` Kubernetes API requests in flight at once, watches aside (a watch holds
-    its request open for minutes and must never wait behind the others); with `adaptive`, fewer
-    while the API server answers slowly (AdaptiveLimit). An aiohttp middleware, shared by
-    kopf's session and the operator's own.
+    its request open for minutes and must never wait behind the others); 0 for no limit. With
+    `adaptive`, fewer while the API server answers slowly (AdaptiveLimit); with `burst`, writes
+    wait while people create resources of our kinds in a burst (CreationBurst). An aiohttp
+    middleware, shared by kopf's session and the operator's own.
 
     kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
     patches, and the API server serves them before the user's own applies."""
 
-    def __init__(self, limit: int, adaptive: bool = False) -> None:
-        self._capacity = AdaptiveLimit(limit) if adaptive else None
+    def __init__(
+        self, limit: int, adaptive: bool = False, burst: CreationBurst | None = None
+    ) -> None:
+        self._capacity = AdaptiveLimit(limit) if adaptive and limit else None
         self._most = limit
+        self._burst = burst
         self._in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         KUBE_REQUEST_LIMIT.set(limit)
@@ -126,7 +235,16 @@ class RequestLimit:
     async def __call__(
         self, request: aiohttp.ClientRequest, handler: ClientHandlerType
     ) -> aiohttp.ClientResponse:
-        if request.url.query.get("watch") in ("true", "1"):
+        if is_watch(request):
+            response = await handler(request)
+            if self._burst is not None and request.url.path.startswith(f"/apis/{GROUP}/"):
+                response.content = _CountingContent(  # type: ignore[assignment]
+                    response.content, self._burst.seen
+                )
+            return response
+        if self._burst is not None and request.method not in ("GET", "HEAD"):
+            await self._burst.wait()
+        if not self._most:
             return await handler(request)
         await self._enter()
         loop = asyncio.get_running_loop()
