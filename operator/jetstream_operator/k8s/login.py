@@ -208,6 +208,16 @@ def is_watch(request: aiohttp.ClientRequest) -> bool:
     return request.url.query.get("watch") in ("true", "1")
 
 
+def yields(request: aiohttp.ClientRequest) -> bool:
+    """Whether a request waits out a burst of creations: writes of our resources and their
+    Events. kopf's peering keepalives must not (a standby would take over while the active
+    replica waits), nor a Secret's finalizer, nor any read."""
+    if request.method in ("GET", "HEAD"):
+        return False
+    path = request.url.path
+    return path.startswith(f"/apis/{GROUP}/") or path.endswith("/events")
+
+
 class RequestLimit:
     """At most `limit` Kubernetes API requests in flight at once, watches aside (a watch holds
     its request open for minutes and must never wait behind the others); 0 for no limit. With
@@ -242,7 +252,7 @@ class RequestLimit:
                     response.content, self._burst.seen
                 )
             return response
-        if self._burst is not None and request.method not in ("GET", "HEAD"):
+        if self._burst is not None and yields(request):
             await self._burst.wait()
         if not self._most:
             return await handler(request)
