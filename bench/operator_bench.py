@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -1185,8 +1186,19 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
             add_floor(bench, row)
         finally:
             bench.stop()
+            keep_logs(bench, args.keep_logs, f"{size}")
     print(json.dumps(row), flush=True)
     return row
+
+
+def keep_logs(bench: Bench, directory: Path | None, label: str) -> None:
+    """Copy the operators' logs out of the run's temporary directory (--keep-logs)."""
+    if directory is None:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = f"{datetime.now(UTC):%Y%m%d-%H%M}"
+    for log in sorted(bench.workdir.glob("operator-*.log")):
+        shutil.copyfile(log, directory / f"{label}-{stamp}-{log.name}")
 
 
 def profile_recording(
@@ -1449,6 +1461,9 @@ def main() -> int:
         help="record kube-apiserver's CPU profile while converging, into DIR",
     )
     parser.add_argument("--apiserver-profile-seconds", type=float, default=20)
+    parser.add_argument(
+        "--keep-logs", type=Path, metavar="DIR", help="copy each run's operator logs into DIR"
+    )
     parser.add_argument(
         "--identities",
         choices=identities.MODES,
