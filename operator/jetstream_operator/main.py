@@ -85,20 +85,32 @@ def tune_queueing(settings: kopf.OperatorSettings, workers: int) -> None:
     settings.queueing.idle_timeout = WORKER_IDLE_TIMEOUT
 
 
-def request_limit(memo: kopf.Memo) -> RequestLimit | None:
+def request_limit(memo: kopf.Memo) -> RequestLimit:
     """One limit for all the operator's Kubernetes requests, kopf's and its own, so both step
     back while the API server is slow or people create resources in a burst; made by whichever
-    of login and startup runs first."""
+    of login and startup runs first. It also taps our watches for new resources."""
     if "kube_request_limit" not in memo:
         ours = OperatorSettings()
         burst = CreationBurst(ours.yield_to_creations) if ours.yield_to_creations else None
-        memo.kube_request_limit = (
-            RequestLimit(ours.kube_requests, ours.kube_requests_adaptive, burst)
-            if ours.kube_requests or burst
-            else None
+        memo.kube_request_limit = RequestLimit(
+            ours.kube_requests,
+            ours.kube_requests_adaptive,
+            burst,
+            added=lambda plural, body: _announce(memo, plural, body),
         )
-    limit: RequestLimit | None = memo.kube_request_limit
+    limit: RequestLimit = memo.kube_request_limit
     return limit
+
+
+def _announce(memo: kopf.Memo, plural: str, body: Mapping[str, Any]) -> None:
+    """A new resource, in its registry before kopf handles it (registries.announce)."""
+    if "consumers" not in memo:
+        return  # before startup: kopf's own handling brings it
+    if plural == CONSUMER.plural:
+        memo.consumers.announce(body)
+    for kind in STREAM_BACKED:
+        if plural == kind.resource.plural:
+            memo.backed[kind.resource.kind].announce(body)
 
 
 @kopf.on.login()
@@ -107,9 +119,7 @@ async def login(
 ) -> kopf.ConnectionInfo | kopf.AiohttpSession:
     """Replaces kopf's default login, which goes through the `kubernetes` client (~35 MiB).
     Async: a session limiting requests belongs to the operator's event loop."""
-    info = credentials(settings)
-    limit = request_limit(memo)
-    return info if limit is None else limited_session(info, limit)
+    return limited_session(credentials(settings), request_limit(memo))
 
 
 @kopf.on.startup()
@@ -158,9 +168,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         operator_settings.status_writes_per_second,
         operator_settings.resync_interval,
     )
-    limit = request_limit(memo)
     kubernetes = memo.kubernetes = KubeApi(
-        lambda: credentials(settings), middlewares=() if limit is None else (limit,)
+        lambda: credentials(settings), middlewares=(request_limit(memo),)
     )
     if operator_settings.peering:
         peering_check = PeeringCheck(
@@ -397,18 +406,27 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
     ) -> None:
         async def created(stream: str) -> bool:
             """Wake the consumers waiting for the new stream, and wait a moment for those on
-            their way, so the stream's first status counts them."""
+            their way, so the stream's first status counts them. During a burst of creations,
+            wait it out first: the status write would wait anyway, and the consumers applied
+            after their streams (`kubectl apply` of a directory) are made meanwhile."""
             arrivals: StreamArrivals = memo.arrivals
             connection = spec_connection_key(str(meta.get("namespace", "")), spec)
-            new_consumers = {
-                consumer.owner.uid
-                for consumer in consumers_of(stream, memo.consumers, memo.streams)
-                if not consumer.first_handled
-                and not consumer.deleting
-                and connection_key(consumer) == connection
-            }
+
+            def new_consumers() -> set[str]:
+                return {
+                    consumer.owner.uid
+                    for consumer in consumers_of(stream, memo.consumers, memo.streams)
+                    if not consumer.first_handled
+                    and not consumer.deleting
+                    and connection_key(consumer) == connection
+                }
+
             return await arrivals.created(
-                stream, new_consumers, GATHER_TIMEOUT, start_within=GATHER_START_WITHIN
+                stream,
+                new_consumers,
+                GATHER_TIMEOUT,
+                start_within=GATHER_START_WITHIN,
+                first=request_limit(memo).after_creations,
             )
 
         async def work(
@@ -496,6 +514,26 @@ def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | No
     return consumer_stream(tracked, memo.streams)
 
 
+STREAM_REF_WAIT = 2.0
+"""Seconds a new consumer waits for the Stream resource its `streamRef` names: applied together,
+the stream's watch event may reach the operator a moment after the consumer's, on its own
+watch, and a StreamNotFound meanwhile would cost writes and a later pass."""
+
+
+async def _stream_of_new_consumer(
+    memo: kopf.Memo, owner: Owner, spec: kopf.Spec, status: kopf.Status
+) -> str | None:
+    stream = _resolved_stream(memo, owner, spec)
+    if stream is not None or status.get("conditions") or not spec.get("streamRef"):
+        return stream
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STREAM_REF_WAIT
+    while stream is None and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        stream = _resolved_stream(memo, owner, spec)
+    return stream
+
+
 async def _recount_stream(
     memo: kopf.Memo, owner: Owner, spec: kopf.Spec, stream: str, jetstream: JetStreamApi
 ) -> None:
@@ -524,7 +562,7 @@ async def reconcile_consumer(
     async def work(
         jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
     ) -> Result:
-        stream = _resolved_stream(memo, owner, spec)
+        stream = await _stream_of_new_consumer(memo, owner, spec, status)
         arrivals: StreamArrivals = memo.arrivals
         under_way = arrivals.begin(stream, owner.uid) if stream else None
         counted = False

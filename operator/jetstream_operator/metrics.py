@@ -71,7 +71,8 @@ CREATIONS_SEEN = Counter(
 )
 WRITES_YIELDED = Counter(
     "jetstream_operator_kube_writes_yielded",
-    "Kubernetes writes of the operator that waited while resources were created in a burst.",
+    "Kubernetes writes of the operator (and new streams' first looks, which precede their first "
+    "status) that waited while resources were created in a burst.",
     registry=REGISTRY,
 )
 YIELDED_SECONDS = Counter(

@@ -51,7 +51,7 @@ async def test_the_new_stream_waits_for_passes_under_way_and_those_on_their_way(
     waiting = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "a", made))
     coming = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "b", made, start=0.05))
     await asyncio.sleep(0.01)  # "a" waits for the stream; "b" is known, its pass not begun
-    assert await arrivals.created("ORDERS", {"b"}, timeout=5, start_within=1) is True
+    assert await arrivals.created("ORDERS", lambda: {"b"}, timeout=5, start_within=1) is True
     assert sorted(made) == ["a", "b"]  # both made before the stream's handler looks again
     assert await waiting is True and await coming is True  # neither writes the count itself
 
@@ -60,7 +60,7 @@ async def test_a_pass_ending_after_the_timeout_counts_itself() -> None:
     arrivals = StreamArrivals()
     made: list[str] = []
     late = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "late", made, start=0.1))
-    assert await arrivals.created("ORDERS", {"late"}, timeout=0.01, start_within=5) is True
+    assert await arrivals.created("ORDERS", lambda: {"late"}, timeout=0.01, start_within=5) is True
     assert made == []
     assert await late is False  # nobody counted it: it writes the stream's count itself
 
@@ -71,21 +71,25 @@ async def test_a_pass_that_ended_before_the_stream_was_made_is_not_waited_for() 
     arrivals = StreamArrivals()
     arrivals.end(arrivals.begin("ORDERS", "early"))
     assert (
-        await asyncio.wait_for(arrivals.created("ORDERS", {"early"}, timeout=5, start_within=5), 1)
+        await asyncio.wait_for(
+            arrivals.created("ORDERS", lambda: {"early"}, timeout=5, start_within=5), 1
+        )
         is True
     )
 
 
 async def test_nothing_to_wait_for_needs_no_second_look() -> None:
     arrivals = StreamArrivals()
-    assert await arrivals.created("ORDERS", set(), timeout=5, start_within=5) is False
+    assert await arrivals.created("ORDERS", lambda: set(), timeout=5, start_within=5) is False
     assert arrivals.end(arrivals.begin("ORDERS", "after")) is False
 
 
 async def test_passes_on_other_streams_do_not_end_the_wait() -> None:
     arrivals = StreamArrivals()
     made: list[str] = []
-    gathering = asyncio.create_task(arrivals.created("ORDERS", {"mine"}, timeout=5, start_within=5))
+    gathering = asyncio.create_task(
+        arrivals.created("ORDERS", lambda: {"mine"}, timeout=5, start_within=5)
+    )
     await asyncio.sleep(0.01)
     assert arrivals.end(arrivals.begin("OTHER", "mine")) is False
     assert not gathering.done()
@@ -102,7 +106,27 @@ async def test_a_consumer_queued_behind_others_is_not_waited_for_past_its_start(
     await asyncio.sleep(0.01)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    gathering = arrivals.created("ORDERS", {"queued", "begun"}, timeout=5, start_within=0.05)
+    gathering = arrivals.created(
+        "ORDERS", lambda: {"queued", "begun"}, timeout=5, start_within=0.05
+    )
     assert await gathering is True
     assert loop.time() - started < 1
     assert made == ["begun"] and await begun is True
+
+
+async def test_passes_ending_while_a_burst_is_waited_out_are_counted() -> None:
+    """During a burst of creations the stream's handler waits it out before its first status
+    (`first`): a consumer made meanwhile is counted there, and writes no count itself."""
+    arrivals = StreamArrivals()
+    made: list[str] = []
+    burst_over = asyncio.Event()
+    gathering = asyncio.create_task(
+        arrivals.created(
+            "ORDERS", lambda: {"during"}, timeout=5, start_within=0.05, first=burst_over.wait
+        )
+    )
+    assert await consumer_pass(arrivals, "ORDERS", "during", made, start=0.01) is True
+    await asyncio.sleep(0.05)
+    assert not gathering.done()  # the burst goes on
+    burst_over.set()
+    assert await asyncio.wait_for(gathering, 1) is True  # look again: it counts "during"

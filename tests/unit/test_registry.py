@@ -80,3 +80,16 @@ def test_kept_bodies_share_field_names_and_short_values_but_stay_equal() -> None
     assert first.status["conditions"][0]["type"] is second.status["conditions"][0]["type"]
     # Long, mostly unique text is not interned.
     assert first.status["message"] is not second.status["message"]
+
+
+def test_a_creation_told_early_never_overwrites_what_kopf_delivered() -> None:
+    """The watch tells a creation before kopf's worker for it starts; by then kopf may have
+    delivered a newer body (a watch restarted from a fresh list), which stays."""
+    consumers = ResourceRegistry()
+    consumers.announce(body("c1", "reader", streamRef="orders"))
+    assert [c.owner.uid for c in consumers.with_spec("streamRef", "orders")] == ["c1"]
+    newer = {**body("c1", "reader", streamRef="orders"), "status": {"conditions": [{}]}}
+    consumers.observe("MODIFIED", newer)
+    consumers.announce(body("c1", "reader", streamRef="orders"))
+    tracked = consumers.get("c1")
+    assert tracked is not None and tracked.first_handled

@@ -281,3 +281,25 @@ async def test_no_limit_still_yields_to_a_burst() -> None:
     assert server.in_flight == 50  # no cap on how many go at once afterwards
     server.release.set()
     await asyncio.gather(*calls)
+
+
+async def test_each_new_resource_is_told_as_its_watch_brings_it() -> None:
+    """Before kopf queues it for a worker: the events come whole even when the server's chunks
+    split them, with the resource of their watch; other events and groups tell nothing."""
+    told: list[tuple[str, Any]] = []
+    limit = RequestLimit(0, added=lambda plural, body: told.append((plural, body)))
+    stream = b'{"type":"ADDED","object":{"metadata":{"name":"s0","uid":"u0"}}}\n'
+    changed = b'{"type":"MODIFIED","object":{"metadata":{"name":"s1","uid":"u1"}}}\n'
+    consumer = b'{"type":"ADDED","object":{"metadata":{"name":"c0","uid":"u2"}}}\n'
+    events = stream + changed
+    chunks = [events[:20], events[20:75], events[75:]]
+    body = await read_watch(limit, f"{BASE}?watch=true", chunks)
+    assert body == events  # passed through unchanged
+    consumers = "https://127.0.0.1:6443/apis/jetstream-operator.io/v1alpha1/namespaces/a/consumers"
+    await read_watch(limit, f"{consumers}?watch=true", [consumer])
+    namespaces = "https://127.0.0.1:6443/api/v1/namespaces"
+    await read_watch(limit, f"{namespaces}?watch=true", [consumer])
+    assert told == [
+        ("streams", {"metadata": {"name": "s0", "uid": "u0"}}),
+        ("consumers", {"metadata": {"name": "c0", "uid": "u2"}}),
+    ]

@@ -4,11 +4,10 @@ A Consumer applied together with its Stream usually reaches its handler before t
 in NATS. Reporting StreamNotFound there costs a status write and a later pass to fix it; waiting
 a moment for the stream's own handler to announce the creation costs neither.
 
-The stream's handler then waits, briefly, for the consumer passes already under way on it: the
-stream's first status counts what they made, where each of those consumers would otherwise
-write the stream's count again a moment later (a status write and a watch event per stream in
-a burst). Passes not yet started are not waited for: under a worker limit they may be queued
-behind this very handler.
+The stream's handler then waits, briefly, for the consumer passes on it: the stream's first
+status counts what they made, where each of those consumers would otherwise write the stream's
+count again a moment later (a status write and a watch event per stream in a burst). A pass not
+started soon is not waited for: under a worker limit it may be queued behind this very handler.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -98,28 +98,38 @@ class StreamArrivals:
         return True
 
     async def created(
-        self, stream: str, new_consumers: set[str], timeout: float, start_within: float
+        self,
+        stream: str,
+        new_consumers: Callable[[], set[str]],
+        timeout: float,
+        start_within: float,
+        first: Callable[[], Awaitable[object]] | None = None,
     ) -> bool:
-        """The stream was just made: announce it, then wait until the passes of these new
-        consumers (uids) on it have ended, or the timeout passed. A consumer whose pass has
-        not begun within `start_within` is queued behind others (a worker limit) and is not
-        waited for any longer. True when a look at the stream now finds more than its creation
-        did: a pass that ended meanwhile may have made a consumer (a pass ending later learns
-        from `end` that it was not counted)."""
-        now = time.monotonic()
-        ended = {
-            uid
-            for uid, (name, when) in self._ended.items()
-            if name == stream and now - when <= RECENT
-        }
-        expected = (new_consumers | self._under_way(stream)) - ended
+        """The stream was just made: announce it, let `first` run, then wait until the passes
+        of the new consumers (uids, asked for after `first`) on it have ended, or the timeout
+        passed. Every pass on the stream that ends meanwhile, during `first` too, learns from
+        `end` that this handler counts what it made. `first` is the wait for a burst of
+        creations to end: the status write waits for it anyway, and the consumers applied in
+        the burst are made meanwhile. A consumer whose pass has not begun within
+        `start_within` is queued behind others (a worker limit) and is not waited for any
+        longer. True when a look at the stream now finds more than its creation did: a pass
+        that ended meanwhile may have made a consumer (a pass ending later learns from `end`
+        that it was not counted)."""
         self.announce(stream)
-        if not expected or stream in self._gatherings:
-            # Nothing to wait for, or a same-named stream of another connection is gathering.
-            return bool(ended)
+        if stream in self._gatherings:
+            # A same-named stream of another connection is gathering.
+            return bool(self._ended_on(stream))
+        expected: set[str] = set()
         done = asyncio.Event()
         self._gatherings[stream] = (expected, done)
         try:
+            if first is not None:
+                await first()
+            ended = self._ended_on(stream)
+            expected |= (new_consumers() | self._under_way(stream)) - ended
+            done.clear()  # set by the passes that ended during `first`
+            if not expected:
+                return bool(ended)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), min(start_within, timeout))
             expected &= self._under_way(stream)  # those not begun yet wait for a worker
@@ -131,6 +141,15 @@ class StreamArrivals:
             if self._gatherings.get(stream, (None,))[0] is expected:
                 del self._gatherings[stream]
         return True
+
+    def _ended_on(self, stream: str) -> set[str]:
+        """The consumers whose passes on the stream ended within RECENT seconds."""
+        now = time.monotonic()
+        return {
+            uid
+            for uid, (name, when) in self._ended.items()
+            if name == stream and now - when <= RECENT
+        }
 
     def _under_way(self, stream: str) -> set[str]:
         return {consumer_pass.uid for consumer_pass in self._passes.get(stream, ())}

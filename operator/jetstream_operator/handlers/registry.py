@@ -145,6 +145,14 @@ class ResourceRegistry:
             existing.body = kept
         self._index(uid, existing, present=True)
 
+    def announce(self, body: Mapping[str, Any]) -> None:
+        """A creation the watch just brought, known before kopf's worker for it starts (under a
+        worker limit, seconds later), so a new stream's handler counts a consumer applied
+        with it and a consumer finds the Stream it names. Never over what kopf delivered."""
+        uid = str((body.get("metadata") or {}).get("uid", ""))
+        if uid and uid not in self._by_uid:
+            self.observe("ADDED", body)
+
     def get(self, uid: str) -> TrackedResource | None:
         return self._by_uid.get(uid)
 

@@ -8,6 +8,7 @@ requests (k8s/client.py) use the same credentials.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import time
@@ -184,24 +185,45 @@ ADDED = b'{"type":"ADDED"'
 """How kube-apiserver starts a watch event for a new object (JSON, no spaces)."""
 
 
-class _CountingContent:
-    """A watch response's body that reports the creations passing through it. kopf reads a
-    watch with `iter_chunked` only; everything else is the original stream's."""
+Creations = Callable[[str, list[bytes]], None]
+"""Told the resource (plural) of a watch and the new objects' events (JSON lines) it brought."""
 
-    def __init__(self, content: aiohttp.StreamReader, seen: Callable[[int], None]) -> None:
+
+class _WatchTap:
+    """A watch response's body that reports the creations passing through it, as they arrive,
+    before kopf queues them for a worker (which, under a worker limit, can be seconds later).
+    kopf reads a watch with `iter_chunked` only; everything else is the original stream's.
+    kube-apiserver sends one event per line."""
+
+    def __init__(self, content: aiohttp.StreamReader, plural: str, creations: Creations) -> None:
         self._content = content
-        self._seen = seen
+        self._plural = plural
+        self._creations = creations
+        self._partial = b""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._content, name)
 
     def iter_chunked(self, size: int) -> AsyncIterator[bytes]:
-        return self._counted(size)
+        return self._tapped(size)
 
-    async def _counted(self, size: int) -> AsyncIterator[bytes]:
+    async def _tapped(self, size: int) -> AsyncIterator[bytes]:
         async for data in self._content.iter_chunked(size):
-            self._seen(data.count(ADDED))
+            lines = (self._partial + data).split(b"\n")
+            self._partial = lines.pop()
+            added = [line for line in lines if line.startswith(ADDED)]
+            if added:
+                self._creations(self._plural, added)
             yield data
+
+
+def watched_plural(request: aiohttp.ClientRequest) -> str | None:
+    """The resource of one of our group's watches (`/apis/{GROUP}/{version}/[namespaces/x/]
+    {plural}`), None for any other."""
+    parts = request.url.path.strip("/").split("/")
+    if len(parts) < 4 or parts[0] != "apis" or parts[1] != GROUP:
+        return None
+    return parts[-1]
 
 
 def is_watch(request: aiohttp.ClientRequest) -> bool:
@@ -222,18 +244,24 @@ class RequestLimit:
     """At most `limit` Kubernetes API requests in flight at once, watches aside (a watch holds
     its request open for minutes and must never wait behind the others); 0 for no limit. With
     `adaptive`, fewer while the API server answers slowly (AdaptiveLimit); with `burst`, writes
-    wait while people create resources of our kinds in a burst (CreationBurst). An aiohttp
-    middleware, shared by kopf's session and the operator's own.
+    wait while people create resources of our kinds in a burst (CreationBurst); `added` is told
+    of each new resource of our group as its watch brings it. An aiohttp middleware, shared by
+    kopf's session and the operator's own.
 
     kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
     patches, and the API server serves them before the user's own applies."""
 
     def __init__(
-        self, limit: int, adaptive: bool = False, burst: CreationBurst | None = None
+        self,
+        limit: int,
+        adaptive: bool = False,
+        burst: CreationBurst | None = None,
+        added: Callable[[str, Mapping[str, Any]], None] | None = None,
     ) -> None:
         self._capacity = AdaptiveLimit(limit) if adaptive and limit else None
         self._most = limit
         self._burst = burst
+        self._added = added
         self._in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         KUBE_REQUEST_LIMIT.set(limit)
@@ -247,9 +275,10 @@ class RequestLimit:
     ) -> aiohttp.ClientResponse:
         if is_watch(request):
             response = await handler(request)
-            if self._burst is not None and request.url.path.startswith(f"/apis/{GROUP}/"):
-                response.content = _CountingContent(  # type: ignore[assignment]
-                    response.content, self._burst.seen
+            plural = watched_plural(request)
+            if plural is not None and (self._burst is not None or self._added is not None):
+                response.content = _WatchTap(  # type: ignore[assignment]
+                    response.content, plural, self._creations
                 )
             return response
         if self._burst is not None and yields(request):
@@ -271,6 +300,24 @@ class RequestLimit:
                     KUBE_REQUEST_LIMIT.set(self.limit)
             self._in_flight -= 1
             self._admit()
+
+    def _creations(self, plural: str, events: list[bytes]) -> None:
+        if self._burst is not None:
+            self._burst.seen(len(events))
+        if self._added is not None:
+            for event in events:
+                try:
+                    body = json.loads(event).get("object")
+                except ValueError:
+                    continue  # kopf reports what it cannot read
+                if isinstance(body, dict):
+                    self._added(plural, body)
+
+    async def after_creations(self) -> float:
+        """Wait out a burst of creations as a write would; the seconds waited. For a handler
+        whose next write reports on things the burst is still bringing (a new stream's first
+        status counts the consumers applied after it)."""
+        return await self._burst.wait() if self._burst is not None else 0.0
 
     async def _enter(self) -> None:
         if self._in_flight < self.limit and not self._waiting:
