@@ -496,6 +496,10 @@ async def remember_consumer(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> 
 STREAM_ARRIVAL_TIMEOUT = 5.0
 """How long a new consumer waits for its stream's creation before reporting StreamNotFound."""
 
+NEW_STREAM_ARRIVAL_TIMEOUT = 60.0
+"""The same while no Stream resource declaring it has a status yet: its handler is still to come
+(queued behind the workers of a burst, or waiting for the burst to end), and will create it."""
+
 GATHER_TIMEOUT = 2.0
 """How long a new stream's handler waits for the consumers applied with it before it writes
 its first status. Past it, a late consumer writes the stream's count itself."""
@@ -554,10 +558,13 @@ async def reconcile_consumer(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     async def stream_arrival(stream: str) -> bool:
-        if not declaring(stream, _backed(memo)):
+        declared = declaring(stream, _backed(memo))
+        if not declared:
             return False  # no Stream resource will create it: nothing to wait for
         arrivals: StreamArrivals = memo.arrivals
-        return await arrivals.wait(stream, STREAM_ARRIVAL_TIMEOUT)
+        coming = not any(resource.first_handled for _, resource in declared)
+        timeout = NEW_STREAM_ARRIVAL_TIMEOUT if coming else STREAM_ARRIVAL_TIMEOUT
+        return await arrivals.wait(stream, timeout)
 
     async def work(
         jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History

@@ -4,6 +4,9 @@ them."""
 
 import asyncio
 
+import pytest
+
+from jetstream_operator.handlers import arrivals as arrivals_module
 from jetstream_operator.handlers.arrivals import StreamArrivals
 
 
@@ -130,3 +133,23 @@ async def test_passes_ending_while_a_burst_is_waited_out_are_counted() -> None:
     assert not gathering.done()  # the burst goes on
     burst_over.set()
     assert await asyncio.wait_for(gathering, 1) is True  # look again: it counts "during"
+
+
+async def test_a_pass_counted_during_a_long_burst_still_calls_for_a_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst can outlast RECENT: the pass that ended early in it is no longer among the
+    recent ones, and its consumer's status is already seen, but the stream's handler was told
+    to count it, so it must look again."""
+    monkeypatch.setattr(arrivals_module, "RECENT", 0.05)
+    arrivals = StreamArrivals()
+    made: list[str] = []
+
+    async def long_burst() -> None:
+        assert await consumer_pass(arrivals, "ORDERS", "early", made) is True
+        await asyncio.sleep(0.2)
+
+    gathering = arrivals.created(
+        "ORDERS", lambda: set(), timeout=5, start_within=0.05, first=long_burst
+    )
+    assert await gathering is True

@@ -40,7 +40,8 @@ class StreamArrivals:
         self._announced: dict[str, float] = {}
         self._passes: dict[str, set[ConsumerPass]] = {}
         self._ended: dict[str, tuple[str, float]] = {}  # consumer uid: (stream, when)
-        self._gatherings: dict[str, tuple[set[str], asyncio.Event]] = {}
+        # stream: (the passes waited for, set when they ended, the passes that ended meanwhile)
+        self._gatherings: dict[str, tuple[set[str], asyncio.Event, set[str]]] = {}
 
     def announce(self, stream: str) -> None:
         """The stream now exists in NATS: wake whoever waits for it."""
@@ -91,7 +92,8 @@ class StreamArrivals:
         gathering = self._gatherings.get(stream)
         if gathering is None:
             return False
-        expected, done = gathering
+        expected, done, counted = gathering
+        counted.add(consumer_pass.uid)
         expected.discard(consumer_pass.uid)
         if not expected:
             done.set()
@@ -120,8 +122,9 @@ class StreamArrivals:
             # A same-named stream of another connection is gathering.
             return bool(self._ended_on(stream))
         expected: set[str] = set()
+        counted: set[str] = set()
         done = asyncio.Event()
-        self._gatherings[stream] = (expected, done)
+        self._gatherings[stream] = (expected, done, counted)
         try:
             if first is not None:
                 await first()
@@ -129,7 +132,8 @@ class StreamArrivals:
             expected |= (new_consumers() | self._under_way(stream)) - ended
             done.clear()  # set by the passes that ended during `first`
             if not expected:
-                return bool(ended)
+                # A pass counted during a long `first` may have been forgotten by `_ended_on`.
+                return bool(ended or counted)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), min(start_within, timeout))
             expected &= self._under_way(stream)  # those not begun yet wait for a worker
