@@ -103,7 +103,7 @@ def request_limit(memo: kopf.Memo) -> RequestLimit:
 
 
 def _announce(memo: kopf.Memo, plural: str, body: Mapping[str, Any]) -> None:
-    """A new resource, in its registry before kopf handles it (registries.announce)."""
+    """A new resource, in its registry before kopf handles it (ResourceRegistry.announce)."""
     if "consumers" not in memo:
         return  # before startup: kopf's own handling brings it
     if plural == CONSUMER.plural:
