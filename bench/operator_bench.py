@@ -1225,6 +1225,7 @@ def run_split(size: int, args: argparse.Namespace) -> dict[str, Any]:
             add_floor(bench, row)
         finally:
             bench.stop()
+            keep_logs(bench, args.keep_logs, f"split-{size}")
     print(json.dumps(row), flush=True)
     return row
 

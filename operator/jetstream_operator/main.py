@@ -427,6 +427,7 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
                 GATHER_TIMEOUT,
                 start_within=GATHER_START_WITHIN,
                 first=request_limit(memo).after_creations,
+                stall=GATHER_STALL,
             )
 
         async def work(
@@ -500,14 +501,20 @@ NEW_STREAM_ARRIVAL_TIMEOUT = 60.0
 """The same while no Stream resource declaring it has a status yet: its handler is still to come
 (queued behind the workers of a burst, or waiting for the burst to end), and will create it."""
 
-GATHER_TIMEOUT = 2.0
+GATHER_TIMEOUT = 5.0
 """How long a new stream's handler waits for the consumers applied with it before it writes
-its first status. Past it, a late consumer writes the stream's count itself."""
+its first status. Past it, a late consumer writes the stream's count itself. Its worker is held
+meanwhile, which paces a burst's streams to their consumers."""
 
-GATHER_START_WITHIN = 0.5
-"""A consumer applied with a new stream whose handler has not started within this is queued
-behind others (the worker limit): the stream's handler stops waiting for it, so as not to hold
-its own worker as well."""
+GATHER_START_WITHIN = 3.0
+"""How long a new stream's handler waits at most for the pass of a consumer applied with it to
+start, while other consumers' passes keep starting or ending (GATHER_STALL). Under a worker
+limit the consumer is queued behind others; in a burst applied kind by kind its turn comes about
+when its stream's does, a second or two either way on a busy API server."""
+
+GATHER_STALL = 0.5
+"""No consumer pass started or ended for this long: the consumers' workers may all wait for
+streams queued behind the waiting stream handlers, so those stop waiting."""
 
 
 def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | None:

@@ -117,6 +117,54 @@ async def test_a_consumer_queued_behind_others_is_not_waited_for_past_its_start(
     assert made == ["begun"] and await begun is True
 
 
+async def test_a_queued_consumer_is_waited_for_while_the_queue_moves() -> None:
+    """Its pass starts well after the stall, but other consumers' passes keep starting and
+    ending meanwhile (its turn under the worker limit is coming): it is counted."""
+    arrivals = StreamArrivals()
+    made: list[str] = []
+    arrivals.announce("OTHER")
+    others = [
+        asyncio.create_task(consumer_pass(arrivals, "OTHER", f"o{i}", made, start=0.03 * i))
+        for i in range(10)
+    ]
+    queued = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "queued", made, start=0.3))
+    gathering = arrivals.created("ORDERS", lambda: {"queued"}, timeout=5, start_within=2, stall=0.1)
+    assert await gathering is True
+    assert "queued" in made and await queued is True  # counted by the stream's first status
+    await asyncio.gather(*others)
+
+
+async def test_a_consumer_announced_while_the_first_is_waited_for_is_counted_too() -> None:
+    """A file holding a stream and then two consumers: the second's watch event can come while
+    the stream's handler waits for the first's pass. It is waited for as well."""
+    arrivals = StreamArrivals()
+    made: list[str] = []
+    known = {"first"}
+    first = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "first", made, start=0.02))
+
+    async def second_arrives() -> bool:
+        await asyncio.sleep(0.01)
+        known.add("second")  # the registry learns of it; its pass starts a moment later
+        return await consumer_pass(arrivals, "ORDERS", "second", made, start=0.05)
+
+    second = asyncio.create_task(second_arrives())
+    gathering = arrivals.created("ORDERS", lambda: set(known), timeout=5, start_within=1)
+    assert await gathering is True
+    assert sorted(made) == ["first", "second"]  # both made before the stream's look
+    assert await first is True and await second is True  # neither writes the count itself
+
+
+async def test_a_stuck_queue_is_not_waited_for() -> None:
+    """No consumer pass starts or ends anywhere (their workers may all wait for streams queued
+    behind this handler): the stream's handler stops waiting after the stall, not start_within."""
+    arrivals = StreamArrivals()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    gathering = arrivals.created("ORDERS", lambda: {"queued"}, timeout=5, start_within=3, stall=0.1)
+    assert await gathering is True
+    assert 0.1 <= loop.time() - started < 1.0
+
+
 async def test_passes_ending_while_a_burst_is_waited_out_are_counted() -> None:
     """During a burst of creations the stream's handler waits it out before its first status
     (`first`): a consumer made meanwhile is counted there, and writes no count itself."""

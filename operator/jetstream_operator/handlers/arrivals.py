@@ -6,15 +6,18 @@ a moment for the stream's own handler to announce the creation costs neither.
 
 The stream's handler then waits, briefly, for the consumer passes on it: the stream's first
 status counts what they made, where each of those consumers would otherwise write the stream's
-count again a moment later (a status write and a watch event per stream in a burst). A pass not
-started soon is not waited for: under a worker limit it may be queued behind this very handler.
+count again a moment later (a status write and a watch event per stream in a burst). Under a
+worker limit a pass may be queued: the handler waits for it to start while consumer passes keep
+starting and ending, since then its turn is coming (a burst's streams and consumers are handled
+in step, each kind in the order applied), and no longer once none has for a moment, since then
+the consumers' workers may all wait for streams queued behind this very handler.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -34,14 +37,19 @@ class ConsumerPass:
         self.uid = uid
 
 
+Gathering = tuple[set[str], asyncio.Event, set[str], asyncio.Event]
+
+
 class StreamArrivals:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self._announced: dict[str, float] = {}
         self._passes: dict[str, set[ConsumerPass]] = {}
         self._ended: dict[str, tuple[str, float]] = {}  # consumer uid: (stream, when)
-        # stream: (the passes waited for, set when they ended, the passes that ended meanwhile)
-        self._gatherings: dict[str, tuple[set[str], asyncio.Event, set[str]]] = {}
+        # stream: (the passes waited for, set when they ended, the passes that ended meanwhile,
+        # set when one of those waited for begins or ends)
+        self._gatherings: dict[str, Gathering] = {}
+        self._last_moved = -math.inf  # when a consumer pass last began or ended, anywhere
 
     def announce(self, stream: str) -> None:
         """The stream now exists in NATS: wake whoever waits for it."""
@@ -73,12 +81,17 @@ class StreamArrivals:
         """A consumer's pass on this stream starts; `end` it whatever happens."""
         consumer_pass = ConsumerPass(stream, uid)
         self._passes.setdefault(stream, set()).add(consumer_pass)
+        self._last_moved = time.monotonic()
+        gathering = self._gatherings.get(stream)
+        if gathering is not None and uid in gathering[0]:
+            gathering[3].set()
         return consumer_pass
 
     def end(self, consumer_pass: ConsumerPass) -> bool:
         """The pass is over. True when the stream's handler is gathering: it looks at the
         stream after this, so whatever the pass made is counted there."""
         stream, now = consumer_pass.stream, time.monotonic()
+        self._last_moved = now
         passes = self._passes.get(stream)
         if passes is not None:
             passes.discard(consumer_pass)
@@ -92,9 +105,10 @@ class StreamArrivals:
         gathering = self._gatherings.get(stream)
         if gathering is None:
             return False
-        expected, done, counted = gathering
+        expected, done, counted, moved = gathering
         counted.add(consumer_pass.uid)
         expected.discard(consumer_pass.uid)
+        moved.set()
         if not expected:
             done.set()
         return True
@@ -106,17 +120,19 @@ class StreamArrivals:
         timeout: float,
         start_within: float,
         first: Callable[[], Awaitable[object]] | None = None,
+        stall: float = 0.5,
     ) -> bool:
         """The stream was just made: announce it, let `first` run, then wait until the passes
         of the new consumers (uids, asked for after `first`) on it have ended, or the timeout
-        passed. Every pass on the stream that ends meanwhile, during `first` too, learns from
-        `end` that this handler counts what it made. `first` is the wait for a burst of
-        creations to end: the status write waits for it anyway, and the consumers applied in
-        the burst are made meanwhile. A consumer whose pass has not begun within
-        `start_within` is queued behind others (a worker limit) and is not waited for any
-        longer. True when a look at the stream now finds more than its creation did: a pass
-        that ended meanwhile may have made a consumer (a pass ending later learns from `end`
-        that it was not counted)."""
+        passed; then for those announced meanwhile. Every pass on the stream that ends
+        meanwhile, during `first` too, learns from `end` that this handler counts what it
+        made. `first` is the wait for a burst of creations to end: the status write waits for
+        it anyway, and the consumers applied in the burst are made meanwhile. A consumer whose
+        pass has not begun is waited for while other consumer passes begin or end at least
+        every `stall` seconds, for `start_within` at most; then no longer (module docstring).
+        True when a look at the stream now finds more than its creation did: a pass that ended
+        meanwhile may have made a consumer (a pass ending later learns from `end` that it was
+        not counted)."""
         self.announce(stream)
         if stream in self._gatherings:
             # A same-named stream of another connection is gathering.
@@ -124,7 +140,8 @@ class StreamArrivals:
         expected: set[str] = set()
         counted: set[str] = set()
         done = asyncio.Event()
-        self._gatherings[stream] = (expected, done, counted)
+        moved = asyncio.Event()
+        self._gatherings[stream] = (expected, done, counted, moved)
         try:
             if first is not None:
                 await first()
@@ -134,11 +151,21 @@ class StreamArrivals:
             if not expected:
                 # A pass counted during a long `first` may have been forgotten by `_ended_on`.
                 return bool(ended or counted)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), min(start_within, timeout))
-            expected &= self._under_way(stream)  # those not begun yet wait for a worker
-            if expected:
-                await asyncio.wait_for(done.wait(), max(0.0, timeout - start_within))
+            asked = set(expected)
+            deadline = time.monotonic() + timeout
+            while expected:
+                remaining = deadline - time.monotonic()
+                await self._until_begun(
+                    stream, expected, moved, min(start_within, remaining), stall
+                )
+                expected &= self._under_way(stream)  # those not begun yet wait for a worker
+                if expected:
+                    await asyncio.wait_for(done.wait(), max(0.0, deadline - time.monotonic()))
+                # Consumers applied just after those, whose watch events came meanwhile.
+                later = new_consumers() - asked - counted - self._ended_on(stream)
+                asked |= later
+                expected |= later
+                done.clear()
         except TimeoutError:
             logger.info("consumers of new stream %s still under way after %.1f s", stream, timeout)
         finally:
@@ -154,6 +181,25 @@ class StreamArrivals:
             for uid, (name, when) in self._ended.items()
             if name == stream and now - when <= RECENT
         }
+
+    async def _until_begun(
+        self, stream: str, expected: set[str], moved: asyncio.Event, most: float, stall: float
+    ) -> None:
+        """Until every expected pass has begun or ended, for `most` seconds at most, and no
+        longer than `stall` seconds in which no consumer pass anywhere began or ended. Woken by
+        its own passes only, and otherwise once per `stall`: a burst has thousands of passes
+        and a hundred handlers waiting."""
+        deadline = time.monotonic() + most
+        while expected - self._under_way(stream):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            moved.clear()
+            try:
+                await asyncio.wait_for(moved.wait(), min(remaining, stall))
+            except TimeoutError:
+                if time.monotonic() - self._last_moved >= stall:
+                    return
 
     def _under_way(self, stream: str) -> set[str]:
         return {consumer_pass.uid for consumer_pass in self._passes.get(stream, ())}

@@ -130,7 +130,7 @@ class CreationBurst:
         most_hold: float,
         threshold: int = 32,
         window: float = 1.0,
-        quiet: float = 0.25,
+        quiet: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.most_hold, self.threshold = most_hold, threshold
@@ -163,6 +163,13 @@ class CreationBurst:
             self._began = now
         return now - self._began < self.most_hold
 
+    def _until_it_may_end(self) -> float:
+        """Seconds until the burst's quiet or its hold runs out, if nothing else arrives."""
+        ends = self._last + self.quiet
+        if self._began is not None:
+            ends = min(ends, self._began + self.most_hold)
+        return max(0.01, ends - self.clock())
+
     def _forget_before(self, moment: float) -> None:
         while self._arrivals and self._arrivals[0][0] < moment:
             self._in_window -= self._arrivals.popleft()[1]
@@ -175,7 +182,7 @@ class CreationBurst:
         WRITES_YIELDED.inc()
         try:
             while self.holding():
-                await asyncio.sleep(self.quiet)
+                await asyncio.sleep(self._until_it_may_end())
         finally:
             YIELDED_SECONDS.inc(self.clock() - started)
         return self.clock() - started
