@@ -130,7 +130,7 @@ class CreationBurst:
         most_hold: float,
         threshold: int = 32,
         window: float = 1.0,
-        quiet: float = 1.0,
+        quiet: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.most_hold, self.threshold = most_hold, threshold
