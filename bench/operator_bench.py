@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import re
@@ -196,6 +197,8 @@ class ObjectWatch:
         self.plural = plural
         self.ready: set[str] = set()
         self.last_ready = 0.0
+        self.ready_times: list[float] = []
+        """When each object first turned Ready (monotonic), for the convergence timeline."""
         self.changes: Counter[str] = Counter()
         self.fields: Counter[str] = Counter()
         """Which status keys (or `metadata`) the counted modifications changed."""
@@ -303,6 +306,7 @@ class ObjectWatch:
             self.ready.discard(gone)
         if len(self.ready) > before:
             self.last_ready = time.monotonic()
+            self.ready_times.extend([self.last_ready] * (len(self.ready) - before))
 
     def check(self) -> None:
         if self.error:
@@ -310,6 +314,26 @@ class ObjectWatch:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+TIMELINE_SHARES = (0.01, 0.25, 0.5, 0.75, 1.0)
+"""Shares of a kind's resources at which the convergence timeline says how long it took."""
+
+
+def timeline(watches: list[ObjectWatch], started: float) -> dict[str, list[float]]:
+    """Per plural (over every namespace), seconds from `started` until each share of
+    TIMELINE_SHARES was Ready: where a convergence spends its time."""
+    times: dict[str, list[float]] = {}
+    for each in watches:
+        times.setdefault(each.plural, []).extend(each.ready_times)
+    return {
+        plural: [
+            ordered[max(0, math.ceil(len(ordered) * share) - 1)] - started
+            for share in TIMELINE_SHARES
+        ]
+        for plural, found in times.items()
+        if (ordered := sorted(found))
+    }
 
 
 def wait_ready(watches: list[ObjectWatch], wanted: int, timeout: float = 1800) -> float:
@@ -678,6 +702,7 @@ def convergence(
     for namespace in namespaces:
         bench.namespace(namespace)
     watches = [bench.watch(ns, plural) for ns in namespaces for plural in ("streams", "consumers")]
+    audit = ApiAudit(bench.nats_urls()[:1])  # the convergence's resources are on the first
     with watching(watches):
         writes_before = bench.writes()
         cpu_before, waits_before = bench.cpu_seconds(), bench.flow_control()
@@ -707,6 +732,8 @@ def convergence(
         )
         wall = last_ready - t0
         writes_at_ready = bench.writes()
+        requests = audit.snapshot()
+        audit.close()
         cpu = bench.cpu_seconds() - cpu_before
         waits = flow_control_delta(waits_before, bench.flow_control())
         rss = bench.operator_rss_mib()
@@ -723,8 +750,10 @@ def convergence(
         "namespace": namespaces[0],
         "wall": wall,
         "created": created,
+        "timeline": timeline(watches, t0),
         "rss": rss,
         "writes_converging": dict(writes_at_ready - writes_before),
+        "jetstream_converging": dict(requests),
         "cpu_converging": dict(cpu),
         "flow_control_converging": waits,
         "status_incomplete": incomplete,
@@ -1264,6 +1293,25 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
         f"({foreground(Counter(row['writes_converging'])) / (2 * row['size']):.2f} per resource); "
         f"fields changed after the last Ready: {breakdown(Counter(row['late_fields']))}"
         for row in rows
+    ]
+    lines += [
+        f"- N={row['size']} ({row.get('label', 'operator')}), JetStream API requests while "
+        f"converging (audit advisories): {breakdown(Counter(row['jetstream_converging']))} "
+        f"({sum(row['jetstream_converging'].values()) / (2 * row['size']):.2f} per resource)"
+        for row in rows
+        if "jetstream_converging" in row
+    ]
+    lines += [
+        f"- N={row['size']} ({row.get('label', 'operator')}), seconds until "
+        + ", ".join(f"{share:.0%}" for share in TIMELINE_SHARES)
+        + " were Ready: "
+        + "; ".join(
+            f"{plural} " + " / ".join(f"{at:.1f}" for at in times)
+            for plural, times in row["timeline"].items()
+        )
+        + f" (applies done at {row['created']:.1f})"
+        for row in rows
+        if row.get("timeline")
     ]
     lines += [
         f"- N={row['size']} ({row.get('label', 'operator')}), {cpu_line(row)}"
