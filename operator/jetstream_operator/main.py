@@ -363,6 +363,8 @@ async def _handle(
                 watcher.looking(owner.uid)
             try:
                 jetstream = await _jetstream(memo, owner.namespace, spec)
+                if watcher is not None:
+                    jetstream = jetstream.noting_writes(watcher.own_writes)
                 result = await work(jetstream, owner, settings, history)
             except JetStreamUnavailable as error:
                 result = deletion_blocked(what, error) if deleting else unavailable(error)
@@ -554,8 +556,9 @@ async def _recount_stream(
         return
     try:
         await watcher.recount_now(stream, jetstream)
-    except Exception as error:  # the advisory's recount catches up; the consumer is made
+    except Exception as error:  # the consumer is made; its count follows
         logger.info("consumer count of stream %s follows later: %s", stream, error)
+        watcher.recount_soon(stream)
 
 
 @kopf.on.resume(GROUP, VERSION, CONSUMER.plural, id=HANDLER_RECONCILE)

@@ -37,10 +37,10 @@ async def test_deletions_are_read_from_the_real_audit_by_who_made_them(
     streams_seen: list[str] = []
     consumers_seen: list[tuple[str, str]] = []
 
-    async def on_stream(name: str) -> None:
+    async def on_stream(name: str, action: str) -> None:
         streams_seen.append(name)
 
-    async def on_consumer(stream: str, name: str) -> None:
+    async def on_consumer(stream: str, name: str, action: str) -> None:
         consumers_seen.append((stream, name))
 
     await subscribe_changes(ours, on_stream, on_consumer)

@@ -104,11 +104,11 @@ async def test_every_stream_and_consumer_advisory_is_counted_by_action() -> None
 
     seen: list[object] = []
 
-    async def on_stream(stream: str) -> None:
-        seen.append(stream)
+    async def on_stream(stream: str, action: str) -> None:
+        seen.append((stream, action))
 
-    async def on_consumer(stream: str, consumer: str) -> None:
-        seen.append((stream, consumer))
+    async def on_consumer(stream: str, consumer: str, action: str) -> None:
+        seen.append((stream, consumer, action))
 
     before = counted("stream", "DELETED"), counted("consumer", "DELETED")
     await subscribe_changes(cast(Client, Subscriber()), on_stream, on_consumer)
@@ -118,7 +118,7 @@ async def test_every_stream_and_consumer_advisory_is_counted_by_action() -> None
     ):
         message = cast(Msg, SimpleNamespace(subject=subject, data=b""))
         await callbacks[subscription](message)
-    assert seen == ["ORDERS", ("ORDERS", "C")]
+    assert seen == [("ORDERS", "DELETED"), ("ORDERS", "C", "DELETED")]
     assert (counted("stream", "DELETED"), counted("consumer", "DELETED")) == (
         before[0] + 1,
         before[1] + 1,

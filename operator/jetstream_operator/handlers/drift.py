@@ -32,6 +32,7 @@ from ..reconcile.conditions import Outcome
 from . import consumer as consumer_handlers
 from . import stream as stream_handlers
 from .failures import FailureMemory, History
+from .own_writes import OwnWrites
 from .registry import (
     ConnectionKey,
     ResourceRegistry,
@@ -271,6 +272,8 @@ class DriftWatcher:
         self._may_act = may_act
         self._failures = failures if failures is not None else FailureMemory()
         self._budget = budget
+        self.own_writes = OwnWrites()
+        """What handlers on this connection create, so its advisories are not looked into."""
         self._recount: set[str] = set()
         self._recount_at = 0.0
         self._pending_streams: set[str] = set()
@@ -413,16 +416,26 @@ class DriftWatcher:
         kinds = [(kind.resource, registry) for kind, registry in self._backed.items()]
         return [*kinds, (CONSUMER, self._consumers)]
 
-    async def notify_stream(self, stream: str) -> None:
+    async def notify_stream(self, stream: str, action: str = "") -> None:
+        if self.own_writes.is_echo(stream, None, action):
+            return  # a handler's own creation or update: its answer is what a look would see
         self._pending_streams.add(stream)
         self._wakeup.set()
 
-    async def notify_consumer(self, stream: str, consumer: str) -> None:
+    async def notify_consumer(self, stream: str, consumer: str, action: str = "") -> None:
+        if self.own_writes.is_echo(stream, consumer, action):
+            # A handler's own creation: it shows the consumer, and the stream's count (its
+            # stream's first status counts it, or it recounts).
+            return
         self._pending_consumers.add((stream, consumer))
+        self.recount_soon(stream)
+
+    def recount_soon(self, stream: str) -> None:
+        """The stream's consumer count in status is stale: count again within seconds."""
         if self._streams.with_spec("name", stream):
             if not self._recount:  # let a burst of advisories gather, without holding repairs
                 self._recount_at = asyncio.get_running_loop().time() + RECOUNT_GATHER
-            self._recount.add(stream)  # its consumer count in status is now stale
+            self._recount.add(stream)
         self._wakeup.set()
 
     def looking(self, uid: str) -> None:
@@ -464,8 +477,15 @@ class DriftWatcher:
             return
         for resource in resources:
             await self._first_status_of(resource, timeout)
+        if not all(resource.first_handled for resource in resources):
+            self.recount_soon(stream)  # as often as needed until its first status is there
+            return
         as_of = asyncio.get_running_loop().time()
-        info = await jetstream.stream_info(stream)
+        try:
+            info = await jetstream.stream_info(stream)
+        except JetStreamUnavailable:
+            self.recount_soon(stream)
+            raise
         if info is None:
             return
         for resource in resources:

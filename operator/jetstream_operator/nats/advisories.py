@@ -19,6 +19,7 @@ API_AUDIT = "$JS.EVENT.ADVISORY.API"
 _WATCHED_ACTIONS = {"UPDATED", "DELETED", "CREATED", "PAUSE"}
 _CONSUMER_WRITES = ("$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DURABLE.CREATE.")
 _STREAM_DELETE = "$JS.API.STREAM.DELETE."
+_AUDITED_WRITES = tuple(subject.encode() for subject in (*_CONSUMER_WRITES, _STREAM_DELETE))
 
 
 def stream_from_subject(subject: str) -> str | None:
@@ -102,27 +103,29 @@ def client_identity(connection: Client) -> ClientIdentity | None:
 
 async def subscribe_changes(
     connection: Client,
-    on_stream: Callable[[str], Awaitable[None]],
-    on_consumer: Callable[[str, str], Awaitable[None]],
+    on_stream: Callable[[str, str], Awaitable[None]],
+    on_consumer: Callable[[str, str, str], Awaitable[None]],
 ) -> None:
     """Call back for every stream and consumer created, updated or deleted in the account by
-    anyone, for consumers created or updated by other clients, and for streams they deleted."""
+    anyone, for consumers created or updated by other clients, and for streams they deleted,
+    with the action (CREATED, UPDATED, DELETED, PAUSE; a consumer write seen in the audit is
+    UPDATED)."""
 
     async def stream_message(message: Msg) -> None:
         ADVISORIES.labels("stream", _action(message.subject)).inc()
         stream = stream_from_subject(message.subject)
         if stream is not None:
-            await on_stream(stream)
+            await on_stream(stream, _action(message.subject))
 
     async def consumer_message(message: Msg) -> None:
         ADVISORIES.labels("consumer", _action(message.subject)).inc()
         found = consumer_from_subject(message.subject)
         if found is not None:
-            await on_consumer(*found)
+            await on_consumer(*found, _action(message.subject))
 
     async def audit_message(message: Msg) -> None:
-        if b"CONSUMER." not in message.data and b"STREAM.DELETE." not in message.data:
-            return  # most audits are about other requests; skip parsing them
+        if not any(subject in message.data for subject in _AUDITED_WRITES):
+            return  # most audits are about other requests (INFO, LIST): skip parsing them
         try:
             audit = json.loads(message.data)
         except ValueError:
@@ -132,11 +135,11 @@ async def subscribe_changes(
         ourselves = client_identity(connection)
         found = consumer_written_by_audit(audit, ourselves)
         if found is not None:
-            await on_consumer(*found)
+            await on_consumer(*found, "UPDATED")
         deleted = stream_deleted_by_audit(audit, ourselves)
         if deleted is not None:
             ADVISORIES.labels("api audit", "STREAM.DELETE").inc()
-            await on_stream(deleted)
+            await on_stream(deleted, "DELETED")
 
     await connection.subscribe(STREAM_ADVISORIES, cb=stream_message)
     await connection.subscribe(CONSUMER_ADVISORIES, cb=consumer_message)

@@ -6,11 +6,12 @@ server knows, including ones newer than the client library.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nats.aio.client import Client
 from nats.errors import (
@@ -112,6 +113,16 @@ ACCOUNT_CHANGES = frozenset(
 """Operations that change an account's stream or consumer count."""
 
 
+class WriteNotes(Protocol):
+    """Told of the creations and stream updates a JetStreamApi is about to send, so the
+    advisories they cause can be told from changes made by anyone else."""
+
+    def expect(self, stream: str, consumer: str | None) -> None: ...
+
+    def cancel(self, stream: str, consumer: str | None) -> None:
+        """The request failed: no advisory follows."""
+
+
 class JetStreamApi:
     """Stream operations on one NATS connection; `on_account_change` hears of every answered
     request that changed the account's stream or consumer count (ACCOUNT_CHANGES)."""
@@ -127,6 +138,26 @@ class JetStreamApi:
         self._prefix = prefix
         self._timeout = timeout
         self._on_account_change = on_account_change
+        self._notes: WriteNotes | None = None
+
+    def noting_writes(self, notes: WriteNotes) -> JetStreamApi:
+        """This API on the same connection, telling `notes` of each stream creation or update
+        and each consumer creation before sending it."""
+        noting = copy.copy(self)
+        noting._notes = notes
+        return noting
+
+    async def _write(
+        self, stream: str, consumer: str | None, subject: str, payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        if self._notes is None:
+            return await self.request(subject, payload)
+        self._notes.expect(stream, consumer)
+        try:
+            return await self.request(subject, payload)
+        except BaseException:
+            self._notes.cancel(stream, consumer)
+            raise
 
     async def request(self, subject: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         body = json.dumps(payload).encode() if payload is not None else b""
@@ -174,10 +205,12 @@ class JetStreamApi:
             raise
 
     async def create_stream(self, config: ServerConfig) -> dict[str, Any]:
-        return await self.request(f"STREAM.CREATE.{config['name']}", pedantic_stream(config))
+        name = config["name"]
+        return await self._write(name, None, f"STREAM.CREATE.{name}", pedantic_stream(config))
 
     async def update_stream(self, config: ServerConfig) -> dict[str, Any]:
-        return await self.request(f"STREAM.UPDATE.{config['name']}", pedantic_stream(config))
+        name = config["name"]
+        return await self._write(name, None, f"STREAM.UPDATE.{name}", pedantic_stream(config))
 
     async def delete_stream(self, name: str) -> bool:
         """Delete a stream; False when it was already gone."""
@@ -225,7 +258,10 @@ class JetStreamApi:
     async def create_consumer(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create or update (by the body's `action`) a named consumer."""
         name = body["config"]["name"]
-        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", {**body, "pedantic": True})
+        subject, payload = f"CONSUMER.CREATE.{stream}.{name}", {**body, "pedantic": True}
+        if body.get("action") != "create":
+            return await self.request(subject, payload)  # an update is announced by no advisory
+        return await self._write(stream, name, subject, payload)
 
     async def pause_consumer(self, stream: str, consumer: str, body: dict[str, Any]) -> None:
         await self.request(f"CONSUMER.PAUSE.{stream}.{consumer}", body)
