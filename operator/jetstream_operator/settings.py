@@ -72,10 +72,10 @@ class OperatorSettings(BaseSettings):
     new resources becomes hundreds of concurrent patches that an API server short of CPU
     serves before the user's own applies (slowed 6.5-8.5x at 2,000 resources)."""
     kube_requests_adaptive: bool = True
-    """Fewer than `kube_requests` in flight while the API server answers slowly, down to one
-    (k8s/login.py, AdaptiveLimit): it then spends its time on others' requests first. With it,
-    the user's applies beside 2,000 new resources were slowed 1.35-1.6x instead of 2.3-3.4x
-    with a fixed limit of 8 (benchmarks.md)."""
+    """Fewer than `kube_requests` in flight while the API server answers slowly, down to 8
+    (k8s/login.py, AdaptiveLimit): it then spends its time on others' requests first. Before
+    writes yielded to bursts of creations, it slowed the user's applies beside 2,000 new
+    resources 1.35-1.6x instead of 2.3-3.4x with a fixed limit of 8 (benchmarks.md)."""
     yield_to_creations: float = Field(default=30.0, ge=0)
     """While people create resources of the operator's kinds in a burst (at least 32 in a
     second; k8s/login.py, CreationBurst), the operator's Kubernetes writes wait until it ends,

@@ -71,6 +71,14 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
     return info
 
 
+ADAPTIVE_LEAST = 8
+"""The fewest requests the adaptive limit keeps in flight. Since writes wait out bursts of
+creations (CreationBurst), what is left after one is the operator's own backlog of status
+writes and Events, and its own writes are what slows the API server then: with a floor of one
+the limit sank to a few requests and 5,000 new streams and consumers took 107 s instead of
+83-87 s, and the user's applies were no faster for it (benchmarks.md)."""
+
+
 class AdaptiveLimit:
     """How many requests may be in flight, from how long the API server takes to answer.
 
@@ -265,7 +273,9 @@ class RequestLimit:
         burst: CreationBurst | None = None,
         added: Callable[[str, Mapping[str, Any]], None] | None = None,
     ) -> None:
-        self._capacity = AdaptiveLimit(limit) if adaptive and limit else None
+        self._capacity = (
+            AdaptiveLimit(limit, least=min(ADAPTIVE_LEAST, limit)) if adaptive and limit else None
+        )
         self._most = limit
         self._burst = burst
         self._added = added
