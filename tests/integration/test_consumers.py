@@ -221,6 +221,34 @@ async def test_an_idle_consumer_costs_no_listing_until_clients_read_again(
         await audit.stop()
 
 
+async def test_a_new_consumer_is_looked_at_once_its_creation_advisory_brings_no_second_look(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    """The consumer's handler looks once, creates it, and recounts its stream; the advisory
+    of that creation is its own echo, not a change to look into again (counted by the server's
+    API audit)."""
+    stream, _ = await make_stream(resources, nc, namespace)
+    audit = await ApiAudit().start(nc)
+    try:
+        resources.create(
+            "consumers", consumer_manifest("once", durableName="ONCE", streamRef="source")
+        )
+
+        async def counted() -> bool:
+            status = (resources.get("streams", "source") or {}).get("status") or {}
+            return await ready(resources, "consumers", "once") and status.get("consumerCount") == 1
+
+        await eventually(counted, timeout=20)
+        await asyncio.sleep(4)  # the second look came a second after the first status
+        subjects = list(audit.subjects)
+    finally:
+        await audit.stop()
+    assert subjects.count(f"$JS.API.CONSUMER.CREATE.{stream}.ONCE") == 1, subjects
+    assert subjects.count(f"$JS.API.CONSUMER.INFO.{stream}.ONCE") == 1, subjects
+    # The handler's look at the stream, and its recount of the stream's consumers.
+    assert subjects.count(f"$JS.API.STREAM.INFO.{stream}") <= 2, subjects
+
+
 async def test_push_consumer_with_group_delivers_each_message_once(
     resources: Resources, nc: Client, namespace: str
 ) -> None:
