@@ -20,6 +20,7 @@ from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
 from .handlers.arrivals import StreamArrivals
 from .handlers.connections import ConnectionDirectory, WatcherSet
+from .handlers.consumer import StreamArrival
 from .handlers.drift import DriftWatcher, WatchSettings
 from .handlers.failures import NO_BASIS, FailureMemories, FailureMemory, History
 from .handlers.registry import (
@@ -406,7 +407,7 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
     async def reconcile(
         spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
     ) -> None:
-        async def created(stream: str) -> bool:
+        async def created(stream: str, reply: Mapping[str, Any]) -> bool:
             """Wake the consumers waiting for the new stream, and wait a moment for those on
             their way, so the stream's first status counts them. During a burst of creations,
             wait it out first: the status write would wait anyway, and the consumers applied
@@ -430,6 +431,8 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
                 start_within=GATHER_START_WITHIN,
                 first=request_limit(memo).after_creations,
                 stall=GATHER_STALL,
+                connection=connection,
+                reply=reply,
             )
 
         async def work(
@@ -567,14 +570,18 @@ async def _recount_stream(
 async def reconcile_consumer(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    async def stream_arrival(stream: str) -> bool:
+    connection = spec_connection_key(str(meta.get("namespace", "")), spec)
+
+    async def stream_arrival(stream: str) -> StreamArrival:
         declared = declaring(stream, _backed(memo))
         if not declared:
             return False  # no Stream resource will create it: nothing to wait for
         arrivals: StreamArrivals = memo.arrivals
         coming = not any(resource.first_handled for _, resource in declared)
         timeout = NEW_STREAM_ARRIVAL_TIMEOUT if coming else STREAM_ARRIVAL_TIMEOUT
-        return await arrivals.wait(stream, timeout)
+        if not await arrivals.wait(stream, timeout):
+            return False
+        return arrivals.created_reply(connection, stream) or True
 
     async def work(
         jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
@@ -589,6 +596,7 @@ async def reconcile_consumer(
                 owner,
                 jetstream,
                 stream_name=stream,
+                known_stream_info=arrivals.created_reply(connection, stream) if stream else None,
                 read_only=settings.read_only,
                 stream_arrival=stream_arrival,
                 history=history,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -15,7 +16,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_operator.handlers import consumer as consumer_handlers
 from jetstream_operator.nats.jsapi import JetStreamApi
+from jetstream_operator.reconcile.ownership import Owner
 
 from .conftest import operator_variant
 from .figures import ApiAudit, apiserver_writes, difference, writes_once_quiet
@@ -247,6 +250,84 @@ async def test_a_new_consumer_is_looked_at_once_its_creation_advisory_brings_no_
     assert subjects.count(f"$JS.API.CONSUMER.INFO.{stream}.ONCE") == 1, subjects
     # The handler's look at the stream, and its recount of the stream's consumers.
     assert subjects.count(f"$JS.API.STREAM.INFO.{stream}") <= 2, subjects
+
+
+async def test_consumers_applied_with_their_stream_take_its_creation_for_a_look(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    """A consumer applied with its stream waits for the stream's creation in the operator and
+    takes the creation's reply for its look at the stream, and, when it had found no stream,
+    for its look at the consumer too: at most one look per consumer, two per stream (before
+    creating it, and counting its consumers), by the server's API audit."""
+    base = base_name(namespace)
+    streams = [f"pair{i}" for i in range(4)]
+    audit = await ApiAudit().start(nc)
+    try:
+        for i, stream in enumerate(streams):
+            resources.create("streams", stream_manifest(stream, f"{base}_{i}", [f"{base}.{i}"]))
+            reader = consumer_manifest(f"{stream}-reader", durableName="R", streamRef=stream)
+            resources.create("consumers", reader)
+
+        async def settled() -> bool:
+            bodies = [resources.get("streams", name) for name in streams]
+            return all(
+                is_ready(body)
+                and ((body or {}).get("status") or {}).get("consumerCount") == 1
+                and is_ready(resources.get("consumers", f"{name}-reader"))
+                for name, body in zip(streams, bodies, strict=True)
+            )
+
+        await eventually(settled, timeout=30)
+        await asyncio.sleep(2)  # a consumer's own recount would follow within a second
+    finally:
+        await audit.stop()
+    looks = audit.count("STREAM.INFO") + audit.count("CONSUMER.INFO")
+    requests = Counter(subject.removeprefix("$JS.API.") for subject in audit.subjects)
+    assert audit.count("CONSUMER.CREATE") == len(streams), requests
+    # Looking as before: two or three times per consumer (the stream, again after its
+    # creation, and the consumer), on top of the streams' two: 18 here. A consumer whose watch
+    # event reached the operator after its stream's first status recounts the stream: allow
+    # one such, on a busy machine.
+    assert looks <= 3 * len(streams) + 1, requests
+
+
+async def test_a_creation_refused_for_what_was_not_looked_at_looks_once_and_plans_again(
+    nc: Client, namespace: str
+) -> None:
+    """A consumer that found no stream and then took the stream's creation reply creates
+    without looking. When that reply was out of date (someone made the consumer meanwhile, or
+    deleted the stream), the refusal brings one look and the answer a look would have given:
+    Conflict or StreamNotFound, not "NATS refused the consumer config"."""
+    jetstream = JetStreamApi(nc)
+    stream = f"{base_name(namespace)}_RACE"
+    owner = Owner(namespace, "race", "uid-race")
+
+    async def made_with_a_rival(name: str) -> dict[str, Any]:
+        reply = await jetstream.create_stream({"name": name, "subjects": [f"{name}.>"]})
+        await nc.jetstream().add_consumer(name, durable_name="TAKEN", ack_policy="explicit")
+        return reply
+
+    spec = {"durableName": "TAKEN", "streamName": stream, "ackWait": "45s"}
+    result = await consumer_handlers.reconcile(
+        spec, owner, jetstream, stream_name=stream, stream_arrival=made_with_a_rival
+    )
+    assert result.outcome.reason == "Conflict", result.outcome
+    info = await jetstream.consumer_info(stream, "TAKEN")
+    assert info is not None and info["config"]["ack_wait"] == 30_000_000_000  # untouched
+
+    gone = f"{stream}_GONE"
+
+    async def made_then_deleted(name: str) -> dict[str, Any]:
+        reply = await jetstream.create_stream({"name": name, "subjects": [f"{name}.>"]})
+        await jetstream.delete_stream(name)
+        return reply
+
+    spec = {"durableName": "LATE", "streamName": gone}
+    result = await consumer_handlers.reconcile(
+        spec, owner, jetstream, stream_name=gone, stream_arrival=made_then_deleted
+    )
+    assert result.outcome.reason == "StreamNotFound", result.outcome
+    await jetstream.delete_stream(stream)
 
 
 async def test_push_consumer_with_group_delivers_each_message_once(

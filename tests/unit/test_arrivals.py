@@ -3,6 +3,7 @@ stream's handler waits a moment for the consumers on their way, so its first sta
 them."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -201,3 +202,26 @@ async def test_a_pass_counted_during_a_long_burst_still_calls_for_a_look(
         "ORDERS", lambda: set(), timeout=5, start_within=0.05, first=long_burst
     )
     assert await gathering is True
+
+
+def test_a_creation_reply_serves_consumers_of_the_same_connection_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer takes the stream's creation reply for its look at the stream, but only on
+    the connection it was made on, and only while it is recent."""
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    arrivals = StreamArrivals()
+    reply = {"config": {"name": "ORDERS", "consumer_limits": {"max_ack_pending": 5}}}
+    arrivals.announce("ORDERS", None, reply)  # the default connection
+    arrivals.announce("OTHER")  # announced without a reply
+    assert arrivals.created_reply(None, "ORDERS") is reply
+    assert arrivals.created_reply(("team", "east"), "ORDERS") is None
+    assert arrivals.created_reply(None, "OTHER") is None
+    now[0] += arrivals_module.RECENT / 2
+    arrivals.announce("LATER", ("team", "east"), {"config": {"name": "LATER"}})
+    now[0] += arrivals_module.RECENT / 2 + 0.1
+    assert arrivals.created_reply(None, "ORDERS") is None
+    assert arrivals.created_reply(("team", "east"), "LATER") is not None
+    arrivals.announce("NEXT", None, {"config": {"name": "NEXT"}})  # forgets the expired
+    assert (None, "ORDERS") not in arrivals._replies

@@ -19,7 +19,8 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class StreamArrivals:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self._announced: dict[str, float] = {}
+        # (connection, stream): (when, the creation's reply)
+        self._replies: dict[tuple[Hashable, str], tuple[float, Mapping[str, Any]]] = {}
         self._passes: dict[str, set[ConsumerPass]] = {}
         self._ended: dict[str, tuple[str, float]] = {}  # consumer uid: (stream, when)
         # stream: (the passes waited for, set when they ended, the passes that ended meanwhile,
@@ -51,16 +54,34 @@ class StreamArrivals:
         self._gatherings: dict[str, Gathering] = {}
         self._last_moved = -math.inf  # when a consumer pass last began or ended, anywhere
 
-    def announce(self, stream: str) -> None:
-        """The stream now exists in NATS: wake whoever waits for it."""
+    def announce(
+        self, stream: str, connection: Hashable = None, reply: Mapping[str, Any] | None = None
+    ) -> None:
+        """The stream now exists in NATS: wake whoever waits for it. With the connection and the
+        creation's reply, consumers on that connection take the reply for their look at it."""
         now = time.monotonic()
         self._announced[stream] = now
         for name, when in list(self._announced.items()):
             if now - when > RECENT:
                 del self._announced[name]
+        if reply is not None:
+            self._replies.pop((connection, stream), None)  # to the end: kept in time order
+            self._replies[(connection, stream)] = (now, reply)
+        for key, (when, _) in list(self._replies.items()):
+            if now - when <= RECENT:
+                break  # in the order they were announced
+            del self._replies[key]
         event = self._events.pop(stream, None)
         if event is not None:
             event.set()
+
+    def created_reply(self, connection: Hashable, stream: str) -> Mapping[str, Any] | None:
+        """The reply to this process's creation of the stream on the connection, if recent: a
+        new consumer takes its config (the consumer limits) for a look at the stream."""
+        entry = self._replies.get((connection, stream))
+        if entry is None or time.monotonic() - entry[0] > RECENT:
+            return None
+        return entry[1]
 
     async def wait(self, stream: str, timeout: float) -> bool:
         """Whether the stream was announced lately or within the timeout. Streams are named
@@ -121,6 +142,8 @@ class StreamArrivals:
         start_within: float,
         first: Callable[[], Awaitable[object]] | None = None,
         stall: float = 0.5,
+        connection: Hashable = None,
+        reply: Mapping[str, Any] | None = None,
     ) -> bool:
         """The stream was just made: announce it, let `first` run, then wait until the passes
         of the new consumers (uids, asked for after `first`) on it have ended, or the timeout
@@ -132,8 +155,8 @@ class StreamArrivals:
         every `stall` seconds, for `start_within` at most; then no longer (module docstring).
         True when a look at the stream now finds more than its creation did: a pass that ended
         meanwhile may have made a consumer (a pass ending later learns from `end` that it was
-        not counted)."""
-        self.announce(stream)
+        not counted). `connection` and `reply` go to `announce`."""
+        self.announce(stream, connection, reply)
         if stream in self._gatherings:
             # A same-named stream of another connection is gathering.
             return bool(self._ended_on(stream))

@@ -8,7 +8,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..api.consumer import ConsumerSpec
-from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
+from ..nats.jsapi import (
+    CONSUMER_EXISTS,
+    STREAM_NOT_FOUND,
+    JetStreamApi,
+    JetStreamError,
+    JetStreamUnavailable,
+)
 from ..reconcile.conditions import Outcome
 from ..reconcile.consumer_config import consumer_request
 from ..reconcile.consumer_plan import (
@@ -41,7 +47,15 @@ from .results import (
     validation_message,
 )
 
-_MAX_STEPS = 5  # a wait for the stream, an update, a pause change, a recreate's delete + create
+_MAX_STEPS = 6  # a wait for the stream, a second look, an update, a pause, a recreate's two
+
+StreamArrival = Mapping[str, Any] | bool
+"""What waiting for a missing stream brought: False, it is not coming; True, look again; or the
+reply to this process's creation of it, which is what a look would see."""
+
+OUT_OF_DATE = frozenset({CONSUMER_EXISTS, STREAM_NOT_FOUND})
+"""A create's refusals that mean what the handler knew was out of date, not that the spec is
+wrong."""
 
 
 async def reconcile(
@@ -54,14 +68,18 @@ async def reconcile(
     known_info: Mapping[str, Any] | None = None,
     known_stream_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
-    stream_arrival: Callable[[str], Awaitable[bool]] | None = None,
+    stream_arrival: Callable[[str], Awaitable[StreamArrival]] | None = None,
     history: History | None = None,
 ) -> Result:
     """Bring the consumer in line with the spec. `stream_name` is the resolved stream (None
     while a streamRef points at no Stream resource yet). `known_info` / `known_stream_info`
-    come from listings and save a request each when the consumer turns out to be in sync.
-    `stream_arrival`, if given, may wait once for a missing stream that is being created.
-    `history` brings backoff, one Warning per distinct failure, and the repeat guard."""
+    come from listings (or the stream's creation) and save a request each when the consumer
+    turns out to be in sync. `stream_arrival`, if given, may wait once for a missing stream
+    that is being created. `history` brings backoff, one Warning per distinct failure, and the
+    repeat guard.
+
+    A creation refused because what was known is out of date (the consumer exists after all,
+    or the stream does not) looks at the server once and plans again."""
     try:
         consumer_spec = ConsumerSpec.model_validate(dict(spec))
     except ValidationError as error:
@@ -72,12 +90,12 @@ async def reconcile(
     outcome = Outcome(True, "Synced", f"consumer {name} matches the spec")
     stream_info: Mapping[str, Any] | None = None
     info: dict[str, Any] | None = None
+    looked = known_stream_info is None and known_info is None
     try:
         stream = stream_name or consumer_spec.stream_name
         stream_info = known_stream_info
         if stream_info is None and stream:
             stream_info = await jetstream.stream_info(stream)
-        limits = ((stream_info or {}).get("config") or {}).get("consumer_limits")
         if stream and stream_info is not None:
             info = (
                 dict(known_info)
@@ -95,28 +113,40 @@ async def reconcile(
                 stream_info is not None,
                 info,
                 stream_name=stream,
-                stream_limits=limits,
+                stream_limits=((stream_info or {}).get("config") or {}).get("consumer_limits"),
             )
             if read_only and not isinstance(action, InSync | UpdatesPrevented | StreamMissing):
                 message = f"consumer {name} needs changes; not made: the operator is read-only"
                 return Result(Outcome(False, "ReadOnly", message, stalled=True))
             match action:
                 case StreamMissing():
-                    if stream and stream_arrival is not None and await stream_arrival(stream):
+                    arrival: StreamArrival = False
+                    if stream and stream_arrival is not None:
+                        arrival = await stream_arrival(stream)
                         stream_arrival = None
-                        stream_info = await jetstream.stream_info(stream)
-                        limits = ((stream_info or {}).get("config") or {}).get("consumer_limits")
-                        if stream_info is not None:
-                            info = await jetstream.consumer_info(stream, name)
+                    if stream and arrival is not False:
+                        if isinstance(arrival, Mapping):
+                            # Made by this process since the look found no stream, so no
+                            # consumer on it predates this pass: nothing to look at.
+                            stream_info, info, looked = arrival, None, False
+                        else:
+                            stream_info, info = await _look(jetstream, stream, name)
                         continue
                     # No kopf retry: the drift watcher acts as soon as the stream appears
                     # (advisory, or the next resync), without a retry's extra writes.
                     result = Result(Outcome(False, action.reason, action.message()))
                     return _settled(history, owner, stream_info, info, result)
                 case CreateConsumer(stream=target, config=config):
-                    info = await jetstream.create_consumer(
-                        target, consumer_request(target, config, "create")
-                    )
+                    try:
+                        info = await jetstream.create_consumer(
+                            target, consumer_request(target, config, "create")
+                        )
+                    except JetStreamError as error:
+                        if looked or error.err_code not in OUT_OF_DATE:
+                            raise
+                        looked = True
+                        stream_info, info = await _look(jetstream, target, name)
+                        continue
                     reason = "Recreated" if drift else "Created"
                     events.append(Event("Normal", reason, f"created consumer {name} on {target}"))
                     continue
@@ -162,6 +192,16 @@ async def reconcile(
         return _settled(history, owner, stream_info, info, result)
     result = Result(outcome, status=consumer_live_state(info or {}), events=events)
     return _settled(history, owner, stream_info, info, result)
+
+
+async def _look(
+    jetstream: JetStreamApi, stream: str, name: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The stream's info, and the consumer's where the stream exists."""
+    stream_info = await jetstream.stream_info(stream)
+    if stream_info is None:
+        return None, None
+    return stream_info, await jetstream.consumer_info(stream, name)
 
 
 def _basis(

@@ -54,7 +54,7 @@ async def reconcile(
     known_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
     history: History | None = None,
-    created: Callable[[str], Awaitable[bool]] | None = None,
+    created: Callable[[str, Mapping[str, Any]], Awaitable[bool]] | None = None,
 ) -> Result:
     """Bring the stream on the server in line with the spec, and say how it went.
 
@@ -62,8 +62,8 @@ async def reconcile(
     event says what happened. `known_info` is the stream's info from a listing, which saves a
     request when the stream turns out to be in sync. `history` brings backoff, one Warning per
     distinct failure, and the guard against sending the same update twice. `created` is told
-    the name of a stream just made; True means it has been added to since (consumers applied
-    with it), so the status must come from a fresh look.
+    the name of a stream just made and the server's reply; True means it has been added to
+    since (consumers applied with it), so the status must come from a fresh look.
     """
     try:
         stream_spec = kind.stream_spec(spec)
@@ -88,7 +88,7 @@ async def reconcile(
             match action:
                 case CreateStream(config=config):
                     info = await jetstream.create_stream(config)
-                    added_to = created is not None and await created(name)
+                    added_to = created is not None and await created(name, info)
                     # In a cluster the create reply shows the replicas before they caught up:
                     # one INFO now saves a status write later, so status is complete when
                     # Ready. A single server's reply is already what INFO would say, unless

@@ -30,6 +30,7 @@ ServerConfig = dict[str, Any]
 
 STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
+CONSUMER_EXISTS = 10148  # action "create" on a consumer that exists with another config
 STREAM_LIST_PAGE = 256
 
 TRANSIENT_ERR_CODES = frozenset(
