@@ -225,3 +225,24 @@ def test_a_creation_reply_serves_consumers_of_the_same_connection_for_a_while(
     assert arrivals.created_reply(("team", "east"), "LATER") is not None
     arrivals.announce("NEXT", None, {"config": {"name": "NEXT"}})  # forgets the expired
     assert (None, "ORDERS") not in arrivals._replies
+
+
+def test_what_is_remembered_of_ended_passes_and_announcements_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thousands of passes end in a burst: each is remembered for RECENT seconds, per stream,
+    and then forgotten, so neither memory nor the look-ups grow with the operator's age."""
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    arrivals = StreamArrivals()
+    for index in range(100):
+        arrivals.announce(f"S{index}")
+        arrivals.end(arrivals.begin(f"S{index}", f"c{index}"))
+    arrivals.end(arrivals.begin("S0", "c0"))  # the same consumer's second pass, later
+    assert arrivals._ended_on("S0") == {"c0"} and arrivals._ended_on("S1") == {"c1"}
+    now[0] += arrivals_module.RECENT + 1
+    arrivals.announce("LAST")
+    arrivals.end(arrivals.begin("LAST", "last"))
+    assert arrivals._ended_on("S1") == set()
+    assert set(arrivals._ended_by_stream) == {"LAST"}
+    assert set(arrivals._announced) == {"LAST"}

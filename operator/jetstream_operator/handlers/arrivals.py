@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,25 @@ class ConsumerPass:
 Gathering = tuple[set[str], asyncio.Event, set[str], asyncio.Event]
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _renew(entries: dict[K, V], key: K, value: V) -> None:
+    """Set the entry and move it to the end, so the dict stays in time order."""
+    entries.pop(key, None)
+    entries[key] = value
+
+
+def _forget_older(entries: dict[K, V], moment: float, when: Callable[[V], float]) -> None:
+    """Drop the entries from before `moment`, oldest first (the dict is in time order)."""
+    while entries:
+        key, value = next(iter(entries.items()))
+        if when(value) >= moment:
+            return
+        del entries[key]
+
+
 class StreamArrivals:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
@@ -49,6 +68,7 @@ class StreamArrivals:
         self._replies: dict[tuple[Hashable, str], tuple[float, Mapping[str, Any]]] = {}
         self._passes: dict[str, set[ConsumerPass]] = {}
         self._ended: dict[str, tuple[str, float]] = {}  # consumer uid: (stream, when)
+        self._ended_by_stream: dict[str, dict[str, float]] = {}  # stream: {uid: when}
         # stream: (the passes waited for, set when they ended, the passes that ended meanwhile,
         # set when one of those waited for begins or ends)
         self._gatherings: dict[str, Gathering] = {}
@@ -60,17 +80,11 @@ class StreamArrivals:
         """The stream now exists in NATS: wake whoever waits for it. With the connection and the
         creation's reply, consumers on that connection take the reply for their look at it."""
         now = time.monotonic()
-        self._announced[stream] = now
-        for name, when in list(self._announced.items()):
-            if now - when > RECENT:
-                del self._announced[name]
+        _renew(self._announced, stream, now)
+        _forget_older(self._announced, now - RECENT, lambda when: when)
         if reply is not None:
-            self._replies.pop((connection, stream), None)  # to the end: kept in time order
-            self._replies[(connection, stream)] = (now, reply)
-        for key, (when, _) in list(self._replies.items()):
-            if now - when <= RECENT:
-                break  # in the order they were announced
-            del self._replies[key]
+            _renew(self._replies, (connection, stream), (now, reply))
+        _forget_older(self._replies, now - RECENT, lambda entry: entry[0])
         event = self._events.pop(stream, None)
         if event is not None:
             event.set()
@@ -118,11 +132,17 @@ class StreamArrivals:
             passes.discard(consumer_pass)
             if not passes:
                 del self._passes[stream]
+        earlier = self._ended.pop(consumer_pass.uid, None)
+        if earlier is not None:
+            self._forget_ended(consumer_pass.uid, earlier[0])
         self._ended[consumer_pass.uid] = (stream, now)
-        for uid, (_, when) in list(self._ended.items()):
+        self._ended_by_stream.setdefault(stream, {})[consumer_pass.uid] = now
+        while self._ended:
+            uid, (name, when) = next(iter(self._ended.items()))
             if now - when <= RECENT:
                 break  # in the order they ended
             del self._ended[uid]
+            self._forget_ended(uid, name)
         gathering = self._gatherings.get(stream)
         if gathering is None:
             return False
@@ -199,11 +219,15 @@ class StreamArrivals:
     def _ended_on(self, stream: str) -> set[str]:
         """The consumers whose passes on the stream ended within RECENT seconds."""
         now = time.monotonic()
-        return {
-            uid
-            for uid, (name, when) in self._ended.items()
-            if name == stream and now - when <= RECENT
-        }
+        ended = self._ended_by_stream.get(stream, {})
+        return {uid for uid, when in ended.items() if now - when <= RECENT}
+
+    def _forget_ended(self, uid: str, stream: str) -> None:
+        ended = self._ended_by_stream.get(stream)
+        if ended is not None:
+            ended.pop(uid, None)
+            if not ended:
+                del self._ended_by_stream[stream]
 
     async def _until_begun(
         self, stream: str, expected: set[str], moved: asyncio.Event, most: float, stall: float
