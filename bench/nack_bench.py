@@ -37,7 +37,6 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +68,7 @@ from operator_bench import (  # noqa: E402
     foreground,
     machine,
     rss_mib,
+    save_result,
     servers_cpu_seconds,
     wait_ready,
     watching,
@@ -531,8 +531,7 @@ def main() -> int:
     deadline_guard(args.deadline)
     text = f"Machine: {machine()}\n\n" + run_all(args.nack_bin, args.nack_crds, args.sizes, args)
     print(text)
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / f"nack-{datetime.now(UTC):%Y%m%d-%H%M}.md").write_text(text + "\n")
+    save_result("nack", text, args.results)
     return 0
 
 

@@ -1262,6 +1262,19 @@ def run_split(size: int, args: argparse.Namespace) -> dict[str, Any]:
 # -- report ----------------------------------------------------------------------------------------
 
 
+def save_result(prefix: str, text: str, directory: Path = RESULTS) -> Path:
+    """<directory>/<prefix>-<UTC minute>.md; a second run ending in the same minute gets -2
+    (and so on) rather than overwriting the first."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = f"{prefix}-{datetime.now(UTC):%Y%m%d-%H%M}"
+    path, count = directory / f"{stem}.md", 1
+    while path.exists():
+        count += 1
+        path = directory / f"{stem}-{count}.md"
+    path.write_text(text + "\n")
+    return path
+
+
 def machine() -> str:
     return (
         f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
@@ -1568,8 +1581,7 @@ def main() -> int:
         print(json.dumps(extras["heap"]), flush=True)
     text = report(rows, extras, args)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"operator-{datetime.now(UTC):%Y%m%d-%H%M}.md").write_text(text + "\n")
+    save_result("operator", text)
     print(json.dumps({"rows": rows, "extras": extras}, default=str))
     return 0
 

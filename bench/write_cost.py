@@ -24,13 +24,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client, config
-from operator_bench import RESULTS, machine, process_cpu_seconds
+from operator_bench import machine, process_cpu_seconds, save_result
 
 from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv.controlplane import ControlPlane
@@ -177,8 +176,7 @@ def main() -> int:
             lines.append(f"| {write}, {label} | {per_write:.1f} | {wall:.1f} |")
     text = "\n".join(lines)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"write-cost-{datetime.now(UTC):%Y%m%d-%H%M}.md").write_text(text + "\n")
+    save_result("write-cost", text)
     return 0
 
 
