@@ -407,13 +407,16 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
     async def reconcile(
         spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
     ) -> None:
+        arrivals: StreamArrivals = memo.arrivals
+        connection = spec_connection_key(str(meta.get("namespace", "")), spec)
+        made: list[str] = []
+
         async def created(stream: str, reply: Mapping[str, Any]) -> bool:
             """Wake the consumers waiting for the new stream, and wait a moment for those on
             their way, so the stream's first status counts them. During a burst of creations,
             wait it out first: the status write would wait anyway, and the consumers applied
             after their streams (`kubectl apply` of a directory) are made meanwhile."""
-            arrivals: StreamArrivals = memo.arrivals
-            connection = spec_connection_key(str(meta.get("namespace", "")), spec)
+            made.append(stream)
 
             def new_consumers() -> set[str]:
                 return {
@@ -447,6 +450,9 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
                 history=history,
                 created=created,
             )
+            name = result.status.get("streamName")
+            if isinstance(name, str) and name not in made:
+                arrivals.forget_reply(connection, name)  # it may have changed the stream
             if result.outcome.ready and not settings.read_only:
                 purge = await stream_handlers.purge_if_asked(
                     kind, spec, meta.annotations, status, jetstream

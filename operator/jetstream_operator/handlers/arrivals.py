@@ -89,6 +89,10 @@ class StreamArrivals:
         if event is not None:
             event.set()
 
+    def forget_reply(self, connection: Hashable, stream: str) -> None:
+        """A later pass may have changed the stream: consumers look at it again."""
+        self._replies.pop((connection, stream), None)
+
     def created_reply(self, connection: Hashable, stream: str) -> Mapping[str, Any] | None:
         """The reply to this process's creation of the stream on the connection, if recent: a
         new consumer takes its config (the consumer limits) for a look at the stream."""
