@@ -281,16 +281,23 @@ async def test_consumers_applied_with_their_stream_take_its_creation_for_a_look(
         await asyncio.sleep(2)  # a consumer's own recount would follow within a second
     finally:
         await audit.stop()
-    looks = audit.count("STREAM.INFO") + audit.count("CONSUMER.INFO")
+    # Other tests' resources on the same server are looked at meanwhile: count this test's.
     requests = Counter(
-        subject.removeprefix("$JS.API.").replace(base, "") for subject in audit.subjects
+        subject.removeprefix("$JS.API.").replace(base, "")
+        for subject in audit.subjects
+        if f".{base}_" in subject
     )
-    assert audit.count("CONSUMER.CREATE") == len(streams), requests
+    looks = sum(
+        n for key, n in requests.items() if key.startswith(("STREAM.INFO", "CONSUMER.INFO"))
+    )
+    creates = sum(n for key, n in requests.items() if key.startswith("CONSUMER.CREATE"))
+    assert creates == len(streams), requests
     # Two looks per stream (before creating it, and counting its consumers) and one per
     # consumer; a consumer whose pass begins between the stream's creation and its announcement
-    # looks at both (24-26 looks in ten runs). The code before looked at the stream again after
-    # waiting for it, and at every consumer: 34-35.
-    assert looks <= 3.5 * len(streams), requests
+    # looks at both (24-26 looks in ten runs alone, 28 in the whole suite). The code before
+    # looked at the stream again after waiting for it, and at every consumer: at least 4 per
+    # pair (34-35 in runs).
+    assert looks <= 3.75 * len(streams), requests
 
 
 async def test_a_consumer_made_just_after_its_stream_changed_takes_the_changed_limits(
