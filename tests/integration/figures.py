@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter
+import threading
+from collections import Counter, defaultdict
 from typing import Any
 
+from kubernetes import client, watch
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from jetstream_operator import GROUP
+from jetstream_operator import GROUP, VERSION
 from jetstream_operator.devenv.figures import apiserver_writes as served_writes
+
+from .helpers import json_body
 
 OUR_RESOURCES = ("streams", "consumers", "natsconnections", "keyvalues", "objectstores")
 
@@ -76,3 +80,80 @@ class ApiAudit:
         """Requests that change something: creates, updates, deletes, purges, pauses."""
         verbs = (".CREATE.", ".UPDATE.", ".DELETE.", ".PURGE.", ".PAUSE.", ".DURABLE.CREATE.")
         return sum(1 for subject in self.subjects if any(verb in subject for verb in verbs))
+
+
+class StatusChanges:
+    """Each object's status changes of one kind, cluster-wide, as kube-apiserver's watch shows
+    them. /metrics counts writes for the whole server; when a test's count is over its bound,
+    this says which objects changed their status more than once, and to what."""
+
+    def __init__(self, api: client.CustomObjectsApi, plural: str) -> None:
+        self.api = api
+        self.plural = plural
+        self.changes: dict[str, list[str]] = defaultdict(list)
+        self._last: dict[str, Any] = {}
+        self._watch = watch.Watch()  # type: ignore[no-untyped-call]  # untyped in kubernetes
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self) -> StatusChanges:
+        listing = json_body(self.api.list_cluster_custom_object(GROUP, VERSION, self.plural))
+        for item in listing.get("items", []):
+            self._last[self._key(item)] = item.get("status")
+        version = listing["metadata"]["resourceVersion"]
+        self._thread = threading.Thread(target=self._follow, args=(version,), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped = True
+        # At the next event, or the watch's own timeout: the thread is a daemon.
+        self._watch.stop()  # type: ignore[no-untyped-call]
+
+    def _follow(self, version: str) -> None:
+        events = self._watch.stream(  # type: ignore[no-untyped-call]
+            self.api.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            self.plural,
+            resource_version=version,
+            timeout_seconds=600,
+        )
+        try:
+            for event in events:
+                item = event["object"]
+                if event["type"] == "ERROR":
+                    self.changes["(watch error)"].append(str(item.get("message")))
+                    continue
+                key, status = self._key(item), item.get("status")
+                if event["type"] != "DELETED" and status != self._last.get(key):
+                    self.changes[key].append(_status_summary(status or {}))
+                self._last[key] = status
+        except Exception as error:  # a diagnosis only: say so rather than fail the test
+            if not self._stopped:
+                self.changes["(watch ended)"].append(repr(error))
+
+    @staticmethod
+    def _key(item: dict[str, Any]) -> str:
+        meta = item.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+
+    def report(self) -> dict[str, Any]:
+        """How many objects' status changed while watched, and those that changed more than
+        once, with each change."""
+        repeated = {
+            key: changes
+            for key, changes in self.changes.items()
+            if len(changes) > 1 or key.startswith("(")
+        }
+        return {"changed": len(self.changes), "more than once": repeated}
+
+
+def _status_summary(status: dict[str, Any]) -> str:
+    ready: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    summary = f"{ready.get('status')}:{ready.get('reason')}"
+    if "consumerCount" in status:
+        summary += f" count={status['consumerCount']}"
+    return summary

@@ -22,7 +22,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import Owner
 
 from .conftest import operator_variant
-from .figures import ApiAudit, apiserver_writes, difference, writes_once_quiet
+from .figures import ApiAudit, StatusChanges, apiserver_writes, difference, writes_once_quiet
 from .helpers import Resources, condition, eventually, fill, is_ready, is_subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -435,6 +435,7 @@ async def test_a_stream_applied_with_its_consumers_writes_its_status_once(
     streams = [f"app{i}" for i in range(4)]
     consumers = [f"{stream}-reader{j}" for stream in streams for j in range(2)]
     before = await writes_once_quiet(control_plane)
+    changes = StatusChanges(resources.api, "streams").start()
     for i, stream in enumerate(streams):
         resources.create("streams", stream_manifest(stream, f"{base}_{i}", [f"{stream}.{base}"]))
         for j in range(2):
@@ -455,10 +456,14 @@ async def test_a_stream_applied_with_its_consumers_writes_its_status_once(
     await eventually(settled, timeout=30)
     await asyncio.sleep(2)  # a consumer's own recount would follow within a second
     written = difference(apiserver_writes(control_plane), before)
+    changes.stop()
     # One status per stream (two more each without the gathering). A consumer whose watch
     # event reached the operator only after its stream was made writes the count itself:
     # allow one such, on a busy machine.
-    assert len(streams) <= written.get("PATCH streams/status", 0) <= len(streams) + 1, written
+    assert len(streams) <= written.get("PATCH streams/status", 0) <= len(streams) + 1, (
+        written,
+        changes.report(),
+    )
 
 
 async def test_streams_applied_before_their_consumers_write_their_status_once(
@@ -474,6 +479,8 @@ async def test_streams_applied_before_their_consumers_write_their_status_once(
     consumers = [f"{stream}-reader" for stream in streams]
     with operator_variant(operator_process, JETSTREAM_OPERATOR_WORKERS=str(workers)):
         before = await writes_once_quiet(control_plane)
+        stream_changes = StatusChanges(resources.api, "streams").start()
+        consumer_changes = StatusChanges(resources.api, "consumers").start()
         with ThreadPoolExecutor(8) as pool:
             list(
                 pool.map(
@@ -504,11 +511,19 @@ async def test_streams_applied_before_their_consumers_write_their_status_once(
         await eventually(settled, timeout=60)
         await asyncio.sleep(2)  # a consumer's own recount would follow within a second
         written = difference(apiserver_writes(control_plane), before)
+        stream_changes.stop()
+        consumer_changes.stop()
     # Without the early notice nearly every stream wrote twice. The streams the first workers
     # took may have written before their consumers were applied, and a few more may on a busy
     # machine.
-    assert written.get("PATCH streams/status", 0) <= count + workers + count // 8, written
-    assert written.get("PATCH consumers/status", 0) <= count + count // 8, written
+    assert written.get("PATCH streams/status", 0) <= count + workers + count // 8, (
+        written,
+        stream_changes.report(),
+    )
+    assert written.get("PATCH consumers/status", 0) <= count + count // 8, (
+        written,
+        consumer_changes.report(),
+    )
 
 
 async def test_immutable_change_is_refused_then_recreates_when_opted_in(
