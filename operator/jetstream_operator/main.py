@@ -435,7 +435,7 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
                 first=request_limit(memo).after_creations,
                 stall=GATHER_STALL,
                 connection=connection,
-                reply=reply,
+                reply=consumer_handlers.planning_view(reply),
             )
 
         async def work(

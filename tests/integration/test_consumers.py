@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import pytest
@@ -325,6 +326,30 @@ async def test_a_consumer_made_just_after_its_stream_changed_takes_the_changed_l
     info = await JetStreamApi(nc).consumer_info(stream, "READER")
     assert info is not None and info["config"]["max_ack_pending"] == 20
     # Not Ready after a refusal and a retry: the first create asked for the new limit.
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    warnings = [e.reason for e in events if e.type == "Warning"]
+    assert warnings == [], warnings
+
+
+async def test_a_consumer_applied_with_its_stream_takes_the_limits_of_its_creation(
+    resources: Resources, nc: Client, namespace: str, api_client: client.ApiClient
+) -> None:
+    """Applied together, the consumer plans with what the stream's creation reply kept for it:
+    its consumer limits, which set the consumer's maxAckPending (the server refuses more).
+    Several pairs, since a consumer whose pass starts late looks at the stream instead."""
+    base = base_name(namespace)
+    for i in range(4):
+        manifest = stream_manifest(f"bounded{i}", f"{base}_{i}", [f"{base.lower()}.{i}.>"])
+        manifest["spec"]["consumerLimits"] = {"maxAckPending": 40}
+        resources.create("streams", manifest)
+        resources.create(
+            "consumers",
+            consumer_manifest(f"reader{i}", durableName="READER", streamRef=f"bounded{i}"),
+        )
+    for i in range(4):
+        await eventually(partial(ready, resources, "consumers", f"reader{i}"))
+        info = await JetStreamApi(nc).consumer_info(f"{base}_{i}", "READER")
+        assert info is not None and info["config"]["max_ack_pending"] == 40
     events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
     warnings = [e.reason for e in events if e.type == "Warning"]
     assert warnings == [], warnings

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from jetstream_operator.api.consumer import ConsumerSpec
 from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.handlers.consumer import planning_view
 from jetstream_operator.reconcile.consumer_config import (
     DEFAULT_ACK_WAIT_NS,
     consumer_differences,
@@ -484,6 +485,18 @@ def test_plan_creates_with_stream_limits() -> None:
     action = plan_consumer(spec(), OWNER, True, None, stream_limits={"max_ack_pending": 10})
     assert isinstance(action, CreateConsumer)
     assert action.config["max_ack_pending"] == 10
+
+
+def test_planning_view_keeps_the_stream_limits_and_nothing_else() -> None:
+    config: dict[str, Any] = {"name": "ORDERS", "subjects": ["orders.>"], "max_msgs": -1}
+    reply = {
+        "config": config,
+        "state": {"messages": 0, "consumer_count": 0},
+        "created": "2026-11-27T04:00:00Z",
+    }
+    assert planning_view(reply) == {"config": {}}
+    config["consumer_limits"] = {"max_ack_pending": 10}
+    assert planning_view(reply) == {"config": {"consumer_limits": {"max_ack_pending": 10}}}
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,10 @@
 A Consumer applied together with its Stream usually reaches its handler before the stream exists
 in NATS. Reporting StreamNotFound there costs a status write and a later pass to fix it; waiting
 a moment for the stream's own handler to announce the creation costs neither. The announcement
-carries the server's reply to the creation, per connection, for RECENT seconds or until another
-pass on the stream: a consumer takes it for its look at the stream (a request each in a burst),
-and its create's refusal, should the reply be out of date, brings the look after all.
+carries what a consumer plans with from the server's reply to the creation, per connection, for
+RECENT seconds or until another pass on the stream: a consumer takes it for its look at the
+stream (a request each in a burst), and its create's refusal, should the reply be out of date,
+brings the look after all.
 
 The stream's handler then waits, briefly, for the consumer passes on it: the stream's first
 status counts what they made, where each of those consumers would otherwise write the stream's

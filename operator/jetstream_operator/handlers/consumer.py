@@ -51,11 +51,20 @@ _MAX_STEPS = 6  # a wait for the stream, a second look, an update, a pause, a re
 
 StreamArrival = Mapping[str, Any] | bool
 """What waiting for a missing stream brought: False, it is not coming; True, look again; or the
-reply to this process's creation of it, which is what a look would see."""
+`planning_view` of this process's creation reply, which is what a look would plan with."""
 
 OUT_OF_DATE = frozenset({CONSUMER_EXISTS, STREAM_NOT_FOUND})
 """A create's refusals that mean what the handler knew was out of date, not that the spec is
 wrong."""
+
+
+def planning_view(stream_info: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a stream's info that `reconcile` plans a consumer with (the stream's consumer
+    limits), for keeping where the whole info would be kept per stream: a parsed creation
+    reply is about 4.6 KiB."""
+    config = stream_info.get("config") or {}
+    limits = {"consumer_limits": config["consumer_limits"]} if "consumer_limits" in config else {}
+    return {"config": limits}
 
 
 async def reconcile(
