@@ -3,7 +3,9 @@
 The operator's convergence is bound by the API server's CPU on a small machine (see
 docs/benchmarks.md), so what one write costs there is the figure to know: a create, a metadata
 patch (as kopf's finalizer), a status patch and a Normal Event about the object, `--count` of
-each, 8 at a time, on a fresh control plane. The same CRD is served a second time under another
+each, 8 at a time, on a fresh control plane; then a new object's first status as the floor
+writes it and as the operator does, to show what the operator's larger status costs. The same
+CRD is served a second time under another
 group with every `x-kubernetes-validations` rule removed, to show what the rules cost, and with
 `--baseline` a third time as another version of the CRD file had it (to compare a change to the
 rules). Later phases of one API server cost more than earlier ones (more objects, a bigger
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 import tempfile
 import time
@@ -32,8 +35,14 @@ from kubernetes import client, config
 from operator_bench import machine, process_cpu_seconds, save_result
 
 from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.api.status import LAST_HANDLED_FIELD
 from jetstream_operator.devenv.controlplane import ControlPlane
+from jetstream_operator.handlers.results import Result
+from jetstream_operator.handlers.status_writes import status_changes
 from jetstream_operator.k8s.crds import apply_crds
+from jetstream_operator.reconcile.conditions import Outcome
+from jetstream_operator.reconcile.consumer_plan import consumer_live_state
+from jetstream_operator.reconcile.live_state import stream_live_state
 
 BARE_GROUP = "bare.bench.invalid"
 BASELINE_GROUP = "baseline.bench.invalid"
@@ -86,14 +95,25 @@ def measure(
     plural, kind = crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"]
     pid = next(record.pid for record in plane.records() if record.name == "kube-apiserver")
 
-    def create(i: int) -> None:
+    def create(i: int, batch: str = "") -> None:
         body = {
             "apiVersion": f"{group}/{version}",
             "kind": kind,
-            "metadata": {"name": f"{prefix}{i}"},
+            "metadata": {"name": f"{prefix}{batch}{i}"},
             "spec": SPECS[kind](i),
         }
         objects.create_namespaced_custom_object(group, version, "default", plural, body)
+
+    def status_of_new(batch: str, body: Callable[[int], dict[str, Any]]) -> tuple[float, float]:
+        """A status patch onto objects that have none yet, as a new resource's first status."""
+        timed(pid, lambda i: create(i, batch), range(count))  # not counted
+
+        def patch(i: int) -> None:
+            objects.patch_namespaced_custom_object_status(
+                group, version, "default", plural, f"{prefix}{batch}{i}", {"status": body(i)}
+            )
+
+        return timed(pid, patch, range(count))
 
     def finalizer(i: int) -> None:
         patch = {"metadata": {"finalizers": ["bench.invalid/finalizer"]}}
@@ -136,7 +156,24 @@ def measure(
         "metadata patch": timed(pid, finalizer, range(count)),
         "status patch": timed(pid, status, range(count)),
         "event": timed(pid, event, range(count)),
+        "first status, the floor's": status_of_new("f", lambda i: {"observedGeneration": 1}),
+        "first status, the operator's": status_of_new("o", lambda i: first_status(kind, i)),
     }
+
+
+def first_status(kind: str, i: int) -> dict[str, Any]:
+    """The status the operator writes for a new resource, made by its own functions: the
+    conditions, the live state of a new stream or consumer on one server, and kopf's record of
+    the spec it handled."""
+    if kind == "Stream":
+        live = stream_live_state({"config": {"name": f"S{i}", "num_replicas": 1}, "state": {}})
+    else:
+        config = {"durable_name": f"C{i}", "ack_policy": "explicit"}
+        live = consumer_live_state({"stream_name": f"S{i}", "name": f"C{i}", "config": config})
+    outcome = Outcome(True, "Created", f"{kind.lower()} {i} matches the spec")
+    status = status_changes({}, Result(outcome, status=live), 1)
+    status[LAST_HANDLED_FIELD.split(".")[-1]] = json.dumps({"spec": SPECS[kind](i)})
+    return status
 
 
 def main() -> int:
