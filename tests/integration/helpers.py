@@ -148,3 +148,13 @@ def is_subset(expected: Any, actual: Any) -> bool:
             is_subset(value, actual.get(key)) for key, value in expected.items()
         )
     return bool(expected == actual)
+
+
+def warnings(api_client: client.ApiClient, namespace: str, name: str | None = None) -> list[str]:
+    """The reasons of the Warning events in the namespace, about one object if named."""
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    return [
+        str(event.reason)
+        for event in events
+        if event.type == "Warning" and (name is None or event.involved_object.name == name)
+    ]

@@ -24,7 +24,7 @@ from jetstream_operator.reconcile.ownership import Owner
 
 from .conftest import operator_variant
 from .figures import ApiAudit, StatusChanges, apiserver_writes, difference, writes_once_quiet
-from .helpers import Resources, condition, eventually, fill, is_ready, is_subset
+from .helpers import Resources, condition, eventually, fill, is_ready, is_subset, warnings
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -326,9 +326,7 @@ async def test_a_consumer_made_just_after_its_stream_changed_takes_the_changed_l
     info = await JetStreamApi(nc).consumer_info(stream, "READER")
     assert info is not None and info["config"]["max_ack_pending"] == 20
     # Not Ready after a refusal and a retry: the first create asked for the new limit.
-    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    warnings = [e.reason for e in events if e.type == "Warning"]
-    assert warnings == [], warnings
+    assert warnings(api_client, namespace) == []
 
 
 async def test_a_consumer_applied_with_its_stream_takes_the_limits_of_its_creation(
@@ -350,9 +348,7 @@ async def test_a_consumer_applied_with_its_stream_takes_the_limits_of_its_creati
         await eventually(partial(ready, resources, "consumers", f"reader{i}"))
         info = await JetStreamApi(nc).consumer_info(f"{base}_{i}", "READER")
         assert info is not None and info["config"]["max_ack_pending"] == 40
-    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    warnings = [e.reason for e in events if e.type == "Warning"]
-    assert warnings == [], warnings
+    assert warnings(api_client, namespace) == []
 
 
 async def test_a_creation_refused_for_what_was_not_looked_at_looks_once_and_plans_again(

@@ -18,7 +18,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant
 from .figures import ApiAudit, apiserver_writes, difference
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready, warnings
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +34,6 @@ def patient_operator(operator_process: OperatorProcess, namespace: str) -> Itera
         JETSTREAM_OPERATOR_RETRY_MAX_DELAY="60",
     ):
         yield
-
-
-def warnings(api_client: client.ApiClient, namespace: str, name: str) -> list[str]:
-    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    return [
-        str(event.reason)
-        for event in events
-        if event.type == "Warning" and event.involved_object.name == name
-    ]
 
 
 @pytest.mark.usefixtures("patient_operator")
