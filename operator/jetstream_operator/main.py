@@ -39,6 +39,7 @@ from .k8s.client import KubeApi
 from .k8s.login import CreationBurst, RequestLimit, credentials, limited_session
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
+from .k8s.selection import LabelSelection
 from .k8s.status import ResourceWriter
 from .memory import HeapTrimmer
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
@@ -120,7 +121,10 @@ async def login(
 ) -> kopf.ConnectionInfo | kopf.AiohttpSession:
     """Replaces kopf's default login, which goes through the `kubernetes` client (~35 MiB).
     Async: a session limiting requests belongs to the operator's event loop."""
-    return limited_session(credentials(settings), request_limit(memo))
+    ours = OperatorSettings()
+    selected = (*(kind.resource.plural for kind in STREAM_BACKED), CONSUMER.plural)
+    selection = (LabelSelection(ours.selector, selected),) if ours.selector else ()
+    return limited_session(credentials(settings), request_limit(memo), *selection)
 
 
 @kopf.on.startup()

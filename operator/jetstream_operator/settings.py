@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .k8s.selection import label_selector_problem
 from .nats.pool import AuthMaterial, ConnectionTarget, TlsMaterial
 
 
@@ -28,6 +29,11 @@ class OperatorSettings(BaseSettings):
     """Longest wait between retries of a failing resource."""
     namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Namespaces to watch (comma-separated, globs and !negations allowed); empty for all."""
+    selector: str | None = None
+    """Serve only the Streams, Consumers, KeyValues and ObjectStores with these labels (kubectl's
+    syntax: `shard=a`, `shard in (a,b)`, `!legacy`), so several deployments can share a
+    namespace (docs/scaling.md); unset for all. NatsConnections are not selected: a
+    deployment needs those its resources use."""
     resync_interval: float = Field(default=30.0, gt=0)
     """Seconds between full checks of every stream against its resource (one paged listing)."""
     consumer_resync_interval: float = Field(default=300.0, gt=0)
@@ -106,6 +112,16 @@ class OperatorSettings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("selector")
+    @classmethod
+    def _check_selector(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = label_selector_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value.strip()
 
     def kopf_namespace_patterns(self) -> list[str]:
         """The namespaces setting as kopf patterns: every plain entry or glob adds namespaces,

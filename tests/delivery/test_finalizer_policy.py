@@ -15,7 +15,7 @@ from jetstream_operator.devenv import admission
 from jetstream_operator.main import FINALIZER
 from jetstream_operator.settings import OperatorSettings
 
-from .helpers import Helm, find, one, run
+from .helpers import Helm, container_env, find, one, run
 
 pytestmark = pytest.mark.integration
 
@@ -133,11 +133,24 @@ def admitted(conditions: list[str], namespace: str) -> bool:
     return all(results)
 
 
-def test_the_api_server_accepts_the_policy_with_globs_and_negations(
-    helm: Helm, kubectl: Path, kubeconfig: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"watchNamespaces": "{team-a-*,platform,!team-a-x,app-[!q]?}"},
+        {
+            "selector.matchLabels.jetstream-operator\\.io/shard": "a",
+            "selector.matchExpressions[0].key": "tier",
+            "selector.matchExpressions[0].operator": "NotIn",
+            "selector.matchExpressions[0].values": "{bronze}",
+        },
+    ],
+    ids=["globs-and-negations", "selector"],
+)
+def test_the_api_server_accepts_the_policy(
+    helm: Helm, kubectl: Path, kubeconfig: Path, tmp_path: Path, values: dict[str, str]
 ) -> None:
-    """The CEL of the conditions compiles where it counts: a server-side dry run."""
-    values = {"watchNamespaces": "{team-a-*,platform,!team-a-x,app-[!q]?}"}
+    """The CEL of the conditions compiles, and the binding's selector is taken, where it
+    counts: a server-side dry run."""
     rendered_policy = helm.template(values, "--api-versions", V1BETA1, "--show-only", POLICY)
     assert rendered_policy.returncode == 0, rendered_policy.stderr
     manifest = tmp_path / "policy.yaml"
@@ -147,3 +160,44 @@ def test_the_api_server_accepts_the_policy_with_globs_and_negations(
     )
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.count("(server dry run)") == 2, applied.stdout
+
+
+SELECTOR_VALUES = {
+    "selector.matchLabels.jetstream-operator\\.io/shard": "a",
+    "selector.matchExpressions[0].key": "tier",
+    "selector.matchExpressions[0].operator": "In",
+    "selector.matchExpressions[0].values": "{gold,silver}",
+    "selector.matchExpressions[1].key": "legacy",
+    "selector.matchExpressions[1].operator": "DoesNotExist",
+}
+
+
+def test_a_selector_reaches_the_operator_and_the_policy_binding(helm: Helm) -> None:
+    """The operator's setting is the chart's selector in kubectl's syntax, which the operator
+    takes; the binding adds the finalizer to the same labels only."""
+    objects = rendered(helm, {**SELECTOR_VALUES, "admissionFinalizer": "true"})
+    env = container_env(one(objects, "Deployment"))
+    selector = env["JETSTREAM_OPERATOR_SELECTOR"]
+    assert selector == "jetstream-operator.io/shard=a,tier in (gold,silver),!legacy"
+    assert OperatorSettings(selector=selector).selector == selector
+    binding = one(objects, "MutatingAdmissionPolicyBinding")["spec"]
+    assert binding["matchResources"]["objectSelector"] == {
+        "matchLabels": {"jetstream-operator.io/shard": "a"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["gold", "silver"]},
+            {"key": "legacy", "operator": "DoesNotExist"},
+        ],
+    }
+    plain = rendered(helm, {"admissionFinalizer": "true"})
+    assert "JETSTREAM_OPERATOR_SELECTOR" not in container_env(one(plain, "Deployment"))
+    assert "matchResources" not in one(plain, "MutatingAdmissionPolicyBinding")["spec"]
+
+
+def test_a_selector_without_values_for_in_is_refused(helm: Helm) -> None:
+    values = {
+        "selector.matchExpressions[0].key": "tier",
+        "selector.matchExpressions[0].operator": "In",
+    }
+    result = helm.template(values)
+    assert result.returncode != 0
+    assert "missing property 'values'" in result.stderr, result.stderr

@@ -110,6 +110,12 @@ class Resources:
             GROUP, VERSION, self.namespace, plural, name, {"metadata": {"annotations": annotations}}
         )
 
+    def label(self, plural: str, name: str, labels: dict[str, str | None]) -> None:
+        """Set labels (None removes one), as `kubectl label` does."""
+        self.api.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, plural, name, {"metadata": {"labels": labels}}
+        )
+
     def delete(self, plural: str, name: str) -> None:
         self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name)
 

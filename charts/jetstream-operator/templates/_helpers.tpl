@@ -120,3 +120,26 @@ app.kubernetes.io/part-of: jetstream-operator
   verbs: ["get", "patch"]
 {{- end }}
 {{- end }}
+
+{{/*
+The `selector` value (a Kubernetes LabelSelector) in kubectl's syntax, for
+JETSTREAM_OPERATOR_SELECTOR: requirements joined by commas, which all must hold.
+*/}}
+{{- define "jetstream-operator.labelSelector" -}}
+{{- $parts := list -}}
+{{- range $key, $value := .matchLabels }}
+{{- $parts = append $parts (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- range .matchExpressions }}
+{{- if eq .operator "In" }}
+{{- $parts = append $parts (printf "%s in (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "NotIn" }}
+{{- $parts = append $parts (printf "%s notin (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "Exists" }}
+{{- $parts = append $parts .key }}
+{{- else }}
+{{- $parts = append $parts (printf "!%s" .key) }}
+{{- end }}
+{{- end }}
+{{- join "," $parts -}}
+{{- end }}

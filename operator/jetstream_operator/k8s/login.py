@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 import kopf
-from aiohttp.client_middlewares import ClientHandlerType
+from aiohttp.client_middlewares import ClientHandlerType, ClientMiddlewareType
 
 from .. import GROUP
 from ..metrics import (
@@ -365,14 +365,16 @@ class RequestLimit:
         KUBE_REQUESTS_WAITING.set(len(self._waiting))
 
 
-def limited_session(info: kopf.ConnectionInfo, limit: RequestLimit) -> kopf.AiohttpSession:
-    """kopf's session as kopf would make it from `info`, with a RequestLimit."""
+def limited_session(
+    info: kopf.ConnectionInfo, limit: RequestLimit, *others: ClientMiddlewareType
+) -> kopf.AiohttpSession:
+    """kopf's session as kopf would make it from `info`, with a RequestLimit after `others`."""
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
         proxy=info.proxy_url,
         trust_env=info.trust_env,
-        middlewares=(limit,),
+        middlewares=(*others, limit),
     )
     return kopf.AiohttpSession(
         aiohttp_session=session,
