@@ -191,6 +191,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         memo.secrets,
         memo.pool,
         require_reference=operator_settings.require_connection_ref,
+        changed=lambda: _targets_changed(memo),
     )
     watch_settings = WatchSettings(
         resync_interval=operator_settings.resync_interval,
@@ -721,8 +722,12 @@ async def _switch_connection(
 ) -> None:
     """Record a connection's target (None: gone); watchers and pooled connections follow."""
     if memo.directory.remember(key, target):
-        memo.watchers.sync(memo.directory.known())
-        await memo.pool.retain(memo.directory.known().values())
+        await _targets_changed(memo)
+
+
+async def _targets_changed(memo: kopf.Memo) -> None:
+    memo.watchers.sync(memo.directory.known())
+    await memo.pool.retain(memo.directory.known().values())
 
 
 async def _release_secrets(

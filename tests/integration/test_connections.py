@@ -179,6 +179,48 @@ async def test_two_accounts_keep_same_named_streams_apart(
         await nc.close()
 
 
+async def test_streams_applied_with_their_connection_are_repaired(
+    resources: Resources,
+    api_client: client.ApiClient,
+    namespace: str,
+    accounts_nats: NatsServer,
+) -> None:
+    """A Stream handled before its new connection's own handler records the connection's target
+    first; the connection's drift watcher must start then too. It did not: streams applied
+    together with their connections were never repaired (0 of 6 here) until a restart."""
+    put_secret(api_client, namespace, "alice", {"username": "alice", "password": ALICE_PASSWORD})
+    pairs = range(6)
+    for index in pairs:
+        resources.create("streams", stream(f"s{index}", f"TOGETHER{index}", f"acc{index}"))
+        resources.create(
+            "natsconnections",
+            connection(f"acc{index}", [accounts_nats.url], userPassword={"secretName": "alice"}),
+        )
+
+    async def all_ready() -> bool:
+        return all(is_ready(resources.get("streams", f"s{index}")) for index in pairs)
+
+    await eventually(all_ready, timeout=60)
+    alice: dict[str, Any] = {
+        "servers": [accounts_nats.url],
+        "user": "alice",
+        "password": ALICE_PASSWORD,
+    }
+    nc = await nats.connect(**alice)
+    try:
+        for index in pairs:
+            await JetStreamApi(nc).delete_stream(f"TOGETHER{index}")
+    finally:
+        await nc.close()
+
+    async def all_recreated() -> bool:
+        missing = [i for i in pairs if not await stream_exists(f"TOGETHER{i}", **alice)]
+        assert not missing, f"streams not recreated: {missing}"
+        return True
+
+    await eventually(all_recreated, timeout=30)
+
+
 async def test_connection_of_another_namespace_cannot_be_used(
     resources: Resources, namespace: str
 ) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..k8s.secrets import SecretReader
@@ -31,7 +31,12 @@ class ConnectionNotReady(JetStreamUnavailable):
 
 
 class ConnectionDirectory:
-    """Targets by connection key; the default connection is always present."""
+    """Targets by connection key; the default connection is always present.
+
+    `changed` is awaited after a resource's first use of a connection records its target, so
+    the connection's drift watcher starts then: the connection's own handler, coming later,
+    finds the target recorded and unchanged. (Before, resources applied together with their
+    connection could leave it without drift repair until a restart.)"""
 
     def __init__(
         self,
@@ -40,12 +45,14 @@ class ConnectionDirectory:
         secrets: SecretReader,
         pool: ConnectionPool,
         require_reference: bool = False,
+        changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.default = default
         self._connections = connections
         self._secrets = secrets
         self._pool = pool
         self._require_reference = require_reference
+        self._changed = changed
         self._targets: dict[tuple[str, str], ConnectionTarget] = {}
 
     def known(self) -> dict[ConnectionKey, ConnectionTarget]:
@@ -91,7 +98,8 @@ class ConnectionDirectory:
                 "ConnectionNotReady",
                 f"NatsConnection {reference!r} is not ready: {result.outcome.message}",
             )
-        self._targets[key] = target
+        if self.remember(key, target) and self._changed is not None:
+            await self._changed()
         return target
 
 
