@@ -221,11 +221,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.watchers.sync(memo.directory.known())
     # Freed heap stays in RSS until trimmed: idle at 2,000 resources 146-205 -> 110-113 MiB.
     memo.trimmer = asyncio.create_task(HeapTrimmer().run(), name="heap-trimmer")
-    memo.follower = (
-        None
-        if operator_settings.manage_connections
-        else asyncio.create_task(_follow_connections(memo), name="connection-follower")
-    )
     if operator_settings.metrics_port is not None:
         registries = {
             **memo.backed,
@@ -248,8 +243,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
     memo.trimmer.cancel()
-    if memo.follower is not None:
-        memo.follower.cancel()
     await memo.watchers.stop()
     await memo.pool.close()
     await memo.kubernetes.close()
@@ -679,50 +672,11 @@ def _kopf_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 @kopf.on.event(GROUP, VERSION, NATS_CONNECTION.plural)
 async def remember_connection(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    body = event.get("object") or {}
-    metadata = body.get("metadata") or {}
-    key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
-    known = memo.natsconnections.named(*key)
-    spec_before = None if known is None else known.spec  # the entry is updated in place
-    memo.natsconnections.observe(event.get("type"), body)
-    if memo.settings.manage_connections:
-        return  # the connection's own handlers follow it
-    # Only reading the connections: follow their changes here, without writing anything.
-    if event.get("type") == "DELETED":
-        await _switch_connection(memo, key, None)
-        return
-    after = memo.natsconnections.named(*key)
-    if after is not None and after.spec != spec_before:
-        try:
-            await _check_connection(memo, after.spec, *key, hold_secrets=False)
-        except Exception:  # the next recheck, or a resource's first use, tries again
-            logger.exception("NatsConnection %s/%s could not be checked", *key)
-
-
-async def _follow_connections(memo: kopf.Memo) -> None:
-    """Where the operator only reads NatsConnections: recheck those it knows as often as their
-    manager does, so a rotated credential takes effect here too."""
-    settings: OperatorSettings = memo.settings
-    while True:
-        await asyncio.sleep(settings.connection_check_interval)
-        for key in [key for key in memo.directory.known() if key is not None]:
-            tracked = memo.natsconnections.named(*key)
-            if tracked is None or tracked.deleting:
-                continue
-            try:
-                await _check_connection(memo, tracked.spec, *key, recheck=True, hold_secrets=False)
-            except Exception:
-                logger.exception("NatsConnection %s/%s could not be rechecked", *key)
+    memo.natsconnections.observe(event.get("type"), event.get("object") or {})
 
 
 async def _check_connection(
-    memo: kopf.Memo,
-    spec: kopf.Spec | Mapping[str, Any],
-    namespace: str,
-    name: str,
-    *,
-    recheck: bool = False,
-    hold_secrets: bool = True,
+    memo: kopf.Memo, spec: kopf.Spec, namespace: str, name: str, *, recheck: bool = False
 ) -> Result | None:
     """Connect with the connection's current Secrets; switch users over when they changed.
     A `recheck` that finds nothing to ask JetStream (see `probe_due`) returns None.
@@ -757,7 +711,7 @@ async def _check_connection(
         probed.pop(key, None)
         return result
     probed[key] = (time.monotonic(), changes)
-    for secret in connection_handlers.secret_names(spec) if hold_secrets else ():
+    for secret in connection_handlers.secret_names(spec):
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
     await _switch_connection(memo, key, target)
     return result
@@ -788,6 +742,9 @@ async def _release_secrets(
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, False)
 
 
+@kopf.on.resume(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
+@kopf.on.create(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
+@kopf.on.update(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
 async def reconcile_connection(
     old: kopf.BodyEssence | Any,
     body: kopf.Body,
@@ -820,6 +777,7 @@ async def reconcile_connection(
     )
 
 
+@kopf.daemon(GROUP, VERSION, NATS_CONNECTION.plural, id="recheck", cancellation_timeout=5)
 async def recheck_connection(
     stopped: kopf.DaemonStopped,
     spec: kopf.Spec,
@@ -850,6 +808,7 @@ async def recheck_connection(
             )
 
 
+@kopf.on.delete(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_FINALIZE)
 async def finalize_connection(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -898,20 +857,6 @@ async def finalize_connection(
         deleting=True,
         normal_events=memo.settings.events == "all",
     )
-
-
-def serve_connections(manage: bool) -> None:
-    """Register the handlers that write NatsConnections, where this deployment manages them.
-    kopf stores what it handled in each object of a kind with such handlers, filters or not,
-    so a deployment that only reads connections registers none: `remember_connection` and
-    `_follow_connections` keep it up to date instead."""
-    if not manage:
-        return
-    plural = NATS_CONNECTION.plural
-    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(GROUP, VERSION, plural, id=HANDLER_RECONCILE)(reconcile_connection)
-    kopf.daemon(GROUP, VERSION, plural, id="recheck", cancellation_timeout=5)(recheck_connection)
-    kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)(finalize_connection)
 
 
 async def _connection_users(memo: kopf.Memo, namespace: str, name: str) -> list[str]:

@@ -188,11 +188,8 @@ def test_a_selector_reaches_the_operator_and_the_policy_binding(helm: Helm) -> N
             {"key": "legacy", "operator": "DoesNotExist"},
         ],
     }
-    assert env["JETSTREAM_OPERATOR_MANAGE_CONNECTIONS"] == "true"
-    plain = rendered(helm, {"admissionFinalizer": "true", "operator.manageConnections": "false"})
-    plain_env = container_env(one(plain, "Deployment"))
-    assert "JETSTREAM_OPERATOR_SELECTOR" not in plain_env
-    assert plain_env["JETSTREAM_OPERATOR_MANAGE_CONNECTIONS"] == "false"
+    plain = rendered(helm, {"admissionFinalizer": "true"})
+    assert "JETSTREAM_OPERATOR_SELECTOR" not in container_env(one(plain, "Deployment"))
     assert "matchResources" not in one(plain, "MutatingAdmissionPolicyBinding")["spec"]
 
 
