@@ -120,6 +120,15 @@ class Resources:
         self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name)
 
 
+def nats_connection(name: str, servers: list[str], **spec: Any) -> dict[str, Any]:
+    """A NatsConnection manifest."""
+    return {
+        "kind": "NatsConnection",
+        "metadata": {"name": name},
+        "spec": {"servers": servers, **spec},
+    }
+
+
 def condition(resource: dict[str, Any] | None, kind: str = "Ready") -> dict[str, Any]:
     """One condition of a resource's status, or an empty dict."""
     for item in ((resource or {}).get("status") or {}).get("conditions") or []:

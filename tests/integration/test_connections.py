@@ -23,6 +23,7 @@ from tests.support.natsauth import OperatorMode, new_identity, operator_mode
 from .conftest import operator_variant
 from .figures import ApiAudit
 from .helpers import Resources, condition, eventually, is_ready, json_body
+from .helpers import nats_connection as connection
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -103,14 +104,6 @@ def put_secret(api: client.ApiClient, namespace: str, name: str, data: dict[str,
         if error.status != 409:
             raise
         core.replace_namespaced_secret(name, namespace, body)
-
-
-def connection(name: str, servers: list[str], **spec: Any) -> dict[str, Any]:
-    return {
-        "kind": "NatsConnection",
-        "metadata": {"name": name},
-        "spec": {"servers": servers, **spec},
-    }
 
 
 def stream(name: str, stream_name: str, connection_ref: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant
 from .figures import ApiAudit, apiserver_writes, difference
-from .helpers import Resources, condition, eventually, is_ready, warnings
+from .helpers import Resources, condition, eventually, is_ready, nats_connection, warnings
 
 pytestmark = pytest.mark.integration
 
@@ -91,14 +91,7 @@ async def test_an_outage_shows_as_reconciling_on_ready_resources_and_clears(
     server = NatsServer(tmp_path / "nats")
     server.start()
     try:
-        resources.create(
-            "natsconnections",
-            {
-                "kind": "NatsConnection",
-                "metadata": {"name": "own"},
-                "spec": {"servers": [server.url]},
-            },
-        )
+        resources.create("natsconnections", nats_connection("own", [server.url]))
         name = namespace.replace("-", "_").upper()
         resources.create(
             "streams",

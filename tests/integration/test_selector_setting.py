@@ -7,11 +7,11 @@ resources completes, each by the process that serves it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator import GROUP
@@ -21,7 +21,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.targets import ExistingNats
 
 from .conftest import SESSION_OPERATOR_ENV, operator_variant
-from .helpers import Resources, eventually, is_ready
+from .helpers import Resources, eventually, is_ready, nats_connection
 
 pytestmark = [pytest.mark.integration]
 
@@ -37,6 +37,34 @@ def labelled_stream(name: str, stream: str, shard: str | None) -> dict[str, Any]
     }
 
 
+ShardProcess = Callable[..., OperatorProcess]
+
+
+@pytest.fixture
+def shard_process(
+    kubeconfig: Path,
+    nats_server: NatsServer | ExistingNats,
+    tmp_path: Path,
+    process_logs: dict[str, Path],
+) -> Iterator[ShardProcess]:
+    """Makes a second operator process with the session's settings and more, stopped after the
+    test; not started."""
+    made: list[OperatorProcess] = []
+
+    def make(**env: str) -> OperatorProcess:
+        log_file = tmp_path / f"operator-{len(made) + 2}.log"
+        process_logs[log_file.stem] = log_file
+        process = OperatorProcess(
+            kubeconfig, nats_server.url, log_file, extra_env={**SESSION_OPERATOR_ENV, **env}
+        )
+        made.append(process)
+        return process
+
+    yield make
+    for process in made:
+        process.stop()
+
+
 async def subjects_in_nats(nc: Client, stream: str) -> list[str] | None:
     info = await JetStreamApi(nc).stream_info(stream)
     return None if info is None else list(info["config"].get("subjects") or [])
@@ -44,14 +72,10 @@ async def subjects_in_nats(nc: Client, stream: str) -> list[str] | None:
 
 async def test_two_processes_split_a_namespace_by_label(
     operator_process: OperatorProcess,
-    api_client: client.ApiClient,
-    kubeconfig: Path,
-    nats_server: NatsServer | ExistingNats,
+    shard_process: ShardProcess,
     resources: Resources,
     nc: Client,
     namespace: str,
-    tmp_path: Path,
-    process_logs: dict[str, Path],
 ) -> None:
     prefix = namespace.replace("-", "_").upper()
     moved, second, unlabelled = f"{prefix}_M", f"{prefix}_B", f"{prefix}_U"
@@ -86,44 +110,75 @@ async def test_two_processes_split_a_namespace_by_label(
         after = resources.get("streams", "moved") or {}
         assert after.get("status") == before.get("status")
 
-        log_file = tmp_path / "operator-b.log"
-        process_logs["operator-b"] = log_file
-        shard_b = OperatorProcess(
-            kubeconfig,
-            nats_server.url,
-            log_file,
-            extra_env={**SESSION_OPERATOR_ENV, "JETSTREAM_OPERATOR_SELECTOR": f"{SHARD}=b"},
-        )
-        shard_b.start()
-        try:
-            await eventually(lambda: _ready(resources, "second"), timeout=60)
-            await eventually(lambda: _ready(resources, "moved"), timeout=60)
-            assert await subjects_in_nats(nc, moved) == [f"{moved.lower()}.>", "extra.>"]
-            assert await subjects_in_nats(nc, second) is not None
-            await eventually(lambda: _ready(resources, "reader", plural="consumers"), timeout=60)
-            assert await JetStreamApi(nc).consumer_info(second, "reader") is not None
+        shard_process(JETSTREAM_OPERATOR_SELECTOR=f"{SHARD}=b").start()
+        await eventually(lambda: _ready(resources, "second"), timeout=60)
+        await eventually(lambda: _ready(resources, "moved"), timeout=60)
+        assert await subjects_in_nats(nc, moved) == [f"{moved.lower()}.>", "extra.>"]
+        assert await subjects_in_nats(nc, second) is not None
+        await eventually(lambda: _ready(resources, "reader", plural="consumers"), timeout=60)
+        assert await JetStreamApi(nc).consumer_info(second, "reader") is not None
 
-            # Labelled into shard a later: the first process takes it up.
-            resources.label("streams", "unlabelled", {SHARD: "a"})
-            await eventually(lambda: _ready(resources, "unlabelled"), timeout=60)
+        # Labelled into shard a later: the first process takes it up.
+        resources.label("streams", "unlabelled", {SHARD: "a"})
+        await eventually(lambda: _ready(resources, "unlabelled"), timeout=60)
 
-            resources.delete("consumers", "reader")
-            for name in ("moved", "second", "unlabelled"):
-                resources.delete("streams", name)
+        resources.delete("consumers", "reader")
+        for name in ("moved", "second", "unlabelled"):
+            resources.delete("streams", name)
 
-            async def all_gone() -> bool:
-                names = ("moved", "second", "unlabelled")
-                consumer = resources.get("consumers", "reader")
-                return consumer is None and all(
-                    resources.get("streams", name) is None for name in names
-                )
+        async def all_gone() -> bool:
+            names = ("moved", "second", "unlabelled")
+            consumer = resources.get("consumers", "reader")
+            return consumer is None and all(
+                resources.get("streams", name) is None for name in names
+            )
 
-            await eventually(all_gone, timeout=60)
-            for stream in (moved, second, unlabelled):
-                assert await subjects_in_nats(nc, stream) is None
-        finally:
-            shard_b.stop()
+        await eventually(all_gone, timeout=60)
+        for stream in (moved, second, unlabelled):
+            assert await subjects_in_nats(nc, stream) is None
 
 
 async def _ready(resources: Resources, name: str, plural: str = "streams") -> bool:
     return is_ready(resources.get(plural, name))
+
+
+async def test_processes_of_two_shards_share_a_connection_and_its_deletion_waits_for_both(
+    operator_process: OperatorProcess,
+    shard_process: ShardProcess,
+    nats_server: NatsServer | ExistingNats,
+    resources: Resources,
+    nc: Client,
+    namespace: str,
+) -> None:
+    """NatsConnections are not selected: both processes serve the namespace's connection and
+    keep its finalizer, and it goes only after the Streams of both shards are gone."""
+    prefix = namespace.replace("-", "_").upper()
+    streams = {"a": f"{prefix}_A", "b": f"{prefix}_B"}
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_SELECTOR=f"{SHARD}=a"):
+        shard_process(JETSTREAM_OPERATOR_SELECTOR=f"{SHARD}=b").start()
+        resources.create("natsconnections", nats_connection("shared", [nats_server.url]))
+        for shard, stream in streams.items():
+            body = labelled_stream(f"on-{shard}", stream, shard)
+            body["spec"]["connectionRef"] = "shared"
+            resources.create("streams", body)
+
+        async def all_ready() -> bool:
+            names = [("natsconnections", "shared"), ("streams", "on-a"), ("streams", "on-b")]
+            return all([await _ready(resources, name, plural) for plural, name in names])
+
+        await eventually(all_ready, timeout=60)
+        resources.delete("natsconnections", "shared")
+        await asyncio.sleep(2)  # both processes' finalizers see it still in use
+        assert resources.get("natsconnections", "shared") is not None
+        resources.delete("streams", "on-a")
+        await asyncio.sleep(2)
+        assert resources.get("natsconnections", "shared") is not None
+        assert await subjects_in_nats(nc, streams["b"]) is not None
+        resources.delete("streams", "on-b")
+
+        async def gone() -> bool:
+            return resources.get("natsconnections", "shared") is None
+
+        await eventually(gone, timeout=60)
+        for stream in streams.values():
+            assert await subjects_in_nats(nc, stream) is None
