@@ -379,6 +379,9 @@ class Bench:
         self.cluster = NatsCluster(workdir / "cluster") if cluster else None
         self.operators: list[OperatorProcess] = []
         self.metrics_port = free_port()
+        self.shard_labels: list[dict[str, str]] = [{}]
+        """Labels of the resources, the i-th resource's taken in turn: one set per operator
+        when they split a namespace by label, else none."""
 
     @property
     def operator(self) -> OperatorProcess:
@@ -389,9 +392,12 @@ class Bench:
         namespaces: list[str] | None = None,
         extra_env: dict[str, str] | None = None,
         timeout: float = 180,
+        shards: list[dict[str, str]] | None = None,
     ) -> None:
         """Servers, CRDs, then one operator per entry of `namespaces` (a
-        JETSTREAM_OPERATOR_NAMESPACES value each; one operator for all namespaces when None)."""
+        JETSTREAM_OPERATOR_NAMESPACES value each), or per entry of `shards` (labels: the
+        operator's selector, and the labels of every len(shards)-th resource); one operator for
+        everything when neither is given."""
         self.plane.start()
         self.nats.start()
         if self.cluster is not None:
@@ -411,12 +417,21 @@ class Bench:
         self.as_controller = client.CustomObjectsApi(
             config.new_client_from_config(str(self.identities.controller))  # type: ignore[no-untyped-call]
         )
-        for index, selection in enumerate(namespaces or [""]):
-            env = {**OPERATOR_ENV, **(extra_env or {})}
+        if shards:
+            self.shard_labels = shards
+            shares = [
+                {"JETSTREAM_OPERATOR_SELECTOR": ",".join(f"{k}={v}" for k, v in labels.items())}
+                for labels in shards
+            ]
+        else:
+            shares = [
+                {"JETSTREAM_OPERATOR_NAMESPACES": selection} if selection else {}
+                for selection in namespaces or [""]
+            ]
+        for index, share in enumerate(shares):
+            env = {**OPERATOR_ENV, **(extra_env or {}), **share}
             if index == 0:
                 env["JETSTREAM_OPERATOR_METRICS_PORT"] = str(self.metrics_port)
-            if selection:
-                env["JETSTREAM_OPERATOR_NAMESPACES"] = selection
             operator = OperatorProcess(
                 self.identities.controller,
                 self.nats.url,
@@ -574,7 +589,11 @@ def rss_mib(pid: int | None) -> float:
 
 
 def stream_body(
-    index: int, prefix: str, replicas: int = 1, connection: str | None = None
+    index: int,
+    prefix: str,
+    replicas: int = 1,
+    connection: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     name = f"{prefix}_{index}"
     spec: dict[str, Any] = {"name": name, "subjects": [f"{name.lower()}.>"]}
@@ -582,14 +601,25 @@ def stream_body(
         spec["replicas"] = replicas
     if connection:
         spec["connectionRef"] = connection
-    return {"kind": "Stream", "metadata": {"name": f"s{index}"}, "spec": spec}
+    return {"kind": "Stream", "metadata": metadata(f"s{index}", labels), "spec": spec}
 
 
-def consumer_body(index: int, connection: str | None = None) -> dict[str, Any]:
+def consumer_body(
+    index: int, connection: str | None = None, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"durableName": f"C{index}", "streamRef": f"s{index}"}
     if connection:
         spec["connectionRef"] = connection
-    return {"kind": "Consumer", "metadata": {"name": f"c{index}"}, "spec": spec}
+    return {"kind": "Consumer", "metadata": metadata(f"c{index}", labels), "spec": spec}
+
+
+def metadata(name: str, labels: dict[str, str] | None) -> dict[str, Any]:
+    return {"name": name, "labels": labels} if labels else {"name": name}
+
+
+def shard_of(bench: Bench, index: int) -> dict[str, str]:
+    """The labels of the index-th stream and its consumer (a consumer follows its stream)."""
+    return bench.shard_labels[index % len(bench.shard_labels)]
 
 
 def stream_kind(item: dict[str, Any]) -> str:
@@ -664,8 +694,8 @@ def applied(
 def time_apply(bench: Bench, namespace: str, size: int, order: str) -> float:
     """Applying N Streams and N Consumers (prefix A<size>) into `namespace`, timed."""
     started = time.perf_counter()
-    streams = [stream_body(i, f"A{size}") for i in range(size)]
-    consumers = [consumer_body(i) for i in range(size)]
+    streams = [stream_body(i, f"A{size}", labels=shard_of(bench, i)) for i in range(size)]
+    consumers = [consumer_body(i, labels=shard_of(bench, i)) for i in range(size)]
     bench.create_in_order(namespace, applied(streams, consumers, order))
     return time.perf_counter() - started
 
@@ -678,8 +708,8 @@ def warm_up(bench: Bench) -> None:
     resources (schemas and CEL rules compiled on first use), which is not the operator's cost."""
     namespace = bench.namespace("warm-up")
     with watching([bench.watch(namespace, plural) for plural in ("streams", "consumers")]) as w:
-        bench.create_many(namespace, "streams", [stream_body(0, "WARM")])
-        bench.create_many(namespace, "consumers", [consumer_body(0)])
+        bench.create_many(namespace, "streams", [stream_body(0, "WARM", labels=shard_of(bench, 0))])
+        bench.create_many(namespace, "consumers", [consumer_body(0, labels=shard_of(bench, 0))])
         wait_ready(w, 1, timeout=120)
 
 
@@ -709,8 +739,8 @@ def convergence(
         started = time.perf_counter()
         phases = [
             applied(
-                [stream_body(i, prefix) for i in part],
-                [consumer_body(i) for i in part],
+                [stream_body(i, prefix, labels=shard_of(bench, i)) for i in part],
+                [consumer_body(i, labels=shard_of(bench, i)) for i in part],
                 bench.apply_order,
             )
             for part in parts
@@ -1240,16 +1270,30 @@ def profile_recording(
     return apiserver_profile.ProfileRecording(bench.plane, args.apiserver_profile_seconds, path)
 
 
+SHARD_LABEL = f"{GROUP}/shard"
+SPLITS = {
+    "namespaces": "disjoint namespace sets",
+    "labels": f"one namespace, {SHARD_LABEL}=a and =b",
+}
+
+
 def run_split(size: int, args: argparse.Namespace) -> dict[str, Any]:
     """Two operators on disjoint namespace sets (JETSTREAM_OPERATOR_NAMESPACES globs), the
-    resources spread evenly over one namespace of each."""
+    resources spread evenly over one namespace of each; or, `--split-by labels`, on one
+    namespace, every other stream and its consumer labelled for each
+    (JETSTREAM_OPERATOR_SELECTOR)."""
     with tempfile.TemporaryDirectory(prefix=f"jso-split-{size}-") as directory:
         bench = Bench(Path(directory))
         try:
-            bench.start(namespaces=["warm-up,split-a-*", "split-b-*"])
-            names = [f"split-a-{size}", f"split-b-{size}"]
+            if args.split_by == "labels":
+                bench.start(shards=[{SHARD_LABEL: "a"}, {SHARD_LABEL: "b"}])
+                names = [f"split-{size}"]
+            else:
+                bench.start(namespaces=["warm-up,split-a-*", "split-b-*"])
+                names = [f"split-a-{size}", f"split-b-{size}"]
             row = convergence(bench, size, args.settle, names)
             row["namespaces"] = names
+            row["split_by"] = args.split_by
             row["rss_each"] = [rss_mib(each.pid) for each in bench.operators]
             add_floor(bench, row)
         finally:
@@ -1463,7 +1507,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
             + ", ".join(f"{name} {kib:.1f}" for name, kib in h["by_file"]),
         ]
     if "split" in extras:
-        lines += ["", "Two operators on disjoint namespace sets:"]
+        by = extras["split"].get("split_by", "namespaces")
+        lines += ["", f"Two operators, split by {by} ({SPLITS[by]}):"]
         lines += convergence_table([{**extras["split"], "label": "2 operators"}])
         lines.append(
             f"- RSS each (MiB): {', '.join(f'{v:.0f}' for v in extras['split']['rss_each'])}"
@@ -1507,6 +1552,7 @@ def main() -> int:
     parser.add_argument("--busy-rate", type=float, default=2000, help="messages/s over all")
     parser.add_argument("--heap-size", type=int, help="N for a tracemalloc run (slow)")
     parser.add_argument("--split", type=int, help="N for a run with two operators")
+    parser.add_argument("--split-by", choices=sorted(SPLITS), default="namespaces")
     parser.add_argument("--deadline", type=float, default=4 * 3600, help="seconds for everything")
     parser.add_argument("--nack-bin", type=Path, default=os.environ.get("NACK_BIN"))
     parser.add_argument("--nack-crds", type=Path, default=os.environ.get("NACK_CRDS"))
