@@ -611,6 +611,7 @@ async def reconcile_consumer(
                 read_only=settings.read_only,
                 stream_arrival=stream_arrival,
                 history=history,
+                selector=settings.selector,
             )
         finally:
             if under_way is not None:

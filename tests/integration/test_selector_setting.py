@@ -21,7 +21,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.targets import ExistingNats
 
 from .conftest import SESSION_OPERATOR_ENV, operator_variant
-from .helpers import Resources, eventually, is_ready, nats_connection
+from .helpers import Resources, condition, eventually, is_ready, nats_connection
 
 pytestmark = [pytest.mark.integration]
 
@@ -92,6 +92,23 @@ async def test_two_processes_split_a_namespace_by_label(
             },
         )
         await eventually(lambda: _ready(resources, "moved"), timeout=60)
+        # A Consumer of shard a naming shard b's Stream: this process cannot resolve it.
+        resources.create(
+            "consumers",
+            {
+                "kind": "Consumer",
+                "metadata": {"name": "stray", "labels": {SHARD: "a"}},
+                "spec": {"durableName": "stray", "streamRef": "second"},
+            },
+        )
+
+        async def stray_explained() -> bool:
+            ready = condition(resources.get("consumers", "stray"))
+            return ready.get("reason") == "StreamNotFound" and "give the Consumer the labels" in (
+                ready.get("message") or ""
+            )
+
+        await eventually(stray_explained, timeout=30)
         await asyncio.sleep(1)  # time enough for the others to have been served, were they
         for name, stream in (("second", second), ("unlabelled", unlabelled)):
             untouched = resources.get("streams", name) or {}
@@ -123,13 +140,14 @@ async def test_two_processes_split_a_namespace_by_label(
         await eventually(lambda: _ready(resources, "unlabelled"), timeout=60)
 
         resources.delete("consumers", "reader")
+        resources.delete("consumers", "stray")
         for name in ("moved", "second", "unlabelled"):
             resources.delete("streams", name)
 
         async def all_gone() -> bool:
             names = ("moved", "second", "unlabelled")
-            consumer = resources.get("consumers", "reader")
-            return consumer is None and all(
+            consumers = [resources.get("consumers", name) for name in ("reader", "stray")]
+            return consumers == [None, None] and all(
                 resources.get("streams", name) is None for name in names
             )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from jetstream_operator.handlers import consumer as consumer_handlers
 from jetstream_operator.handlers import stream as stream_handlers
 from jetstream_operator.handlers.connections import ConnectionDirectory, ConnectionNotReady
 from jetstream_operator.handlers.drift import DriftWatcher, WatchSettings
@@ -598,3 +599,19 @@ async def test_a_recount_of_a_few_streams_among_many_asks_each_not_the_whole_acc
     assert server.sent("LIST") == (1 if listing else 0)
     assert server.sent("INFO") == (0 if listing else recounted)
     assert sum(patch.get("consumerCount") == 1 for _, patch in writer.patches) == recounted
+
+
+async def test_a_stream_ref_not_found_names_the_selector_of_a_sharded_operator() -> None:
+    """With a label selector, the Stream a Consumer names may be another process's: say so."""
+    spec = {"durableName": "worker", "streamRef": "orders"}
+    jetstream = as_api(FakeJetStream())
+    plain = await consumer_handlers.reconcile(spec, OWNER, jetstream, stream_name=None)
+    sharded = await consumer_handlers.reconcile(
+        spec, OWNER, jetstream, stream_name=None, selector="shard=b"
+    )
+    assert plain.outcome.reason == sharded.outcome.reason == "StreamNotFound"
+    assert "shard=b" not in plain.outcome.message
+    assert sharded.outcome.message.startswith(plain.outcome.message)
+    assert "matching 'shard=b': give the Consumer the labels of its Stream" in (
+        sharded.outcome.message
+    )

@@ -79,13 +79,15 @@ async def reconcile(
     read_only: bool = False,
     stream_arrival: Callable[[str], Awaitable[StreamArrival]] | None = None,
     history: History | None = None,
+    selector: str | None = None,
 ) -> Result:
     """Bring the consumer in line with the spec. `stream_name` is the resolved stream (None
     while a streamRef points at no Stream resource yet). `known_info` / `known_stream_info`
     come from listings (or the stream's creation) and save a request each when the consumer
     turns out to be in sync. `stream_arrival`, if given, may wait once for a missing stream
     that is being created. `history` brings backoff, one Warning per distinct failure, and the
-    repeat guard.
+    repeat guard. `selector`, this process's label selector, is named when a streamRef finds
+    no Stream: the Stream may be another process's.
 
     A creation refused because what was known is out of date (the consumer exists after all,
     or the stream does not) looks at the server once and plans again."""
@@ -143,7 +145,13 @@ async def reconcile(
                         continue
                     # No kopf retry: the drift watcher acts as soon as the stream appears
                     # (advisory, or the next resync), without a retry's extra writes.
-                    result = Result(Outcome(False, action.reason, action.message()))
+                    message = action.message()
+                    if action.from_ref and selector:
+                        message += (
+                            f" (this operator serves only resources matching {selector!r}: "
+                            "give the Consumer the labels of its Stream)"
+                        )
+                    result = Result(Outcome(False, action.reason, message))
                     return _settled(history, owner, stream_info, info, result)
                 case CreateConsumer(stream=target, config=config):
                     try:
