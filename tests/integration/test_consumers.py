@@ -522,12 +522,21 @@ async def test_streams_applied_before_their_consumers_write_their_status_once(
             )
 
         async def settled() -> bool:
-            bodies = [resources.get("streams", name) for name in streams]
-            return (
-                all(((b or {}).get("status") or {}).get("consumerCount") == 1 for b in bodies)
-                and all(is_ready(body) for body in bodies)
-                and all(is_ready(resources.get("consumers", name)) for name in consumers)
+            bodies = {name: resources.get("streams", name) for name in streams}
+            uncounted = [
+                name
+                for name, body in bodies.items()
+                if ((body or {}).get("status") or {}).get("consumerCount") != 1
+            ]
+            waiting = [name for name, body in bodies.items() if not is_ready(body)] + [
+                name for name in consumers if not is_ready(resources.get("consumers", name))
+            ]
+            # Named when the wait times out, with what each one's status went through.
+            assert not uncounted and not waiting, (
+                f"consumerCount not 1: {uncounted}; not Ready: {waiting}; "
+                f"{stream_changes.report()}; {consumer_changes.report()}"
             )
+            return True
 
         await eventually(settled, timeout=60)
         await asyncio.sleep(2)  # a consumer's own recount would follow within a second
