@@ -541,6 +541,29 @@ def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | No
     return consumer_stream(tracked, memo.streams)
 
 
+def _unresolved_ref(
+    memo: kopf.Memo, namespace: str, selector: str | None
+) -> Callable[[str], Awaitable[str | None]] | None:
+    """With a label selector, a streamRef this process cannot resolve may name another
+    deployment's Stream: one read of that Stream tells, on the failing pass only."""
+    if not selector:
+        return None
+
+    async def explain(stream: str) -> str | None:
+        writer: ResourceWriter = memo.writer
+        try:
+            body = await writer.read_object(STREAM_KIND.resource.plural, namespace, stream)
+        except Exception as error:  # only an explanation: the plain message stands
+            logger.info("could not read Stream %s/%s: %s", namespace, stream, error)
+            return None
+        if body is None:
+            return None
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        return consumer_handlers.served_elsewhere(stream, labels, selector)
+
+    return explain
+
+
 STREAM_REF_WAIT = 2.0
 """Seconds a new consumer waits for the Stream resource its `streamRef` names: applied together,
 the stream's watch event may reach the operator a moment after the consumer's, on its own
@@ -611,7 +634,7 @@ async def reconcile_consumer(
                 read_only=settings.read_only,
                 stream_arrival=stream_arrival,
                 history=history,
-                selector=settings.selector,
+                unresolved_ref=_unresolved_ref(memo, owner.namespace, settings.selector),
             )
         finally:
             if under_way is not None:

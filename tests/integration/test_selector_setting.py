@@ -92,23 +92,31 @@ async def test_two_processes_split_a_namespace_by_label(
             },
         )
         await eventually(lambda: _ready(resources, "moved"), timeout=60)
-        # A Consumer of shard a naming shard b's Stream: this process cannot resolve it.
-        resources.create(
-            "consumers",
-            {
-                "kind": "Consumer",
-                "metadata": {"name": "stray", "labels": {SHARD: "a"}},
-                "spec": {"durableName": "stray", "streamRef": "second"},
-            },
-        )
-
-        async def stray_explained() -> bool:
-            ready = condition(resources.get("consumers", "stray"))
-            return ready.get("reason") == "StreamNotFound" and "give the Consumer the labels" in (
-                ready.get("message") or ""
+        # Consumers of shard a naming shard b's Stream, and a Stream that does not exist:
+        # this process resolves neither, and says why for the first.
+        for name, stream_ref in (("stray", "second"), ("early", "absent")):
+            resources.create(
+                "consumers",
+                {
+                    "kind": "Consumer",
+                    "metadata": {"name": name, "labels": {SHARD: "a"}},
+                    "spec": {"durableName": name, "streamRef": stream_ref},
+                },
             )
 
-        await eventually(stray_explained, timeout=30)
+        async def waiting(name: str, explained: bool) -> bool:
+            ready = condition(resources.get("consumers", name))
+            message = ready.get("message") or ""
+            return ready.get("reason") == "StreamNotFound" and explained == (
+                "'second' is served by another operator deployment" in message
+                and "Give the Consumer the labels of its Stream" in message
+            )
+
+        await eventually(lambda: waiting("stray", explained=True), timeout=30)
+        await eventually(lambda: waiting("early", explained=False), timeout=30)
+        assert "was not found" in (
+            condition(resources.get("consumers", "early")).get("message") or ""
+        )
         await asyncio.sleep(1)  # time enough for the others to have been served, were they
         for name, stream in (("second", second), ("unlabelled", unlabelled)):
             untouched = resources.get("streams", name) or {}
@@ -141,13 +149,14 @@ async def test_two_processes_split_a_namespace_by_label(
 
         resources.delete("consumers", "reader")
         resources.delete("consumers", "stray")
+        resources.delete("consumers", "early")
         for name in ("moved", "second", "unlabelled"):
             resources.delete("streams", name)
 
         async def all_gone() -> bool:
             names = ("moved", "second", "unlabelled")
-            consumers = [resources.get("consumers", name) for name in ("reader", "stray")]
-            return consumers == [None, None] and all(
+            consumers = [resources.get("consumers", name) for name in ("reader", "stray", "early")]
+            return consumers == [None, None, None] and all(
                 resources.get("streams", name) is None for name in names
             )
 

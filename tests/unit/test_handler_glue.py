@@ -601,17 +601,38 @@ async def test_a_recount_of_a_few_streams_among_many_asks_each_not_the_whole_acc
     assert sum(patch.get("consumerCount") == 1 for _, patch in writer.patches) == recounted
 
 
-async def test_a_stream_ref_not_found_names_the_selector_of_a_sharded_operator() -> None:
-    """With a label selector, the Stream a Consumer names may be another process's: say so."""
+async def test_a_stream_ref_of_another_deployment_says_so() -> None:
+    """With a label selector, the Stream a Consumer names may be another deployment's: the
+    message says so when the read finds it, and stays as it was when it finds nothing."""
     spec = {"durableName": "worker", "streamRef": "orders"}
     jetstream = as_api(FakeJetStream())
+    asked: list[str] = []
+
+    def explaining(answer: str | None) -> Callable[[str], Awaitable[str | None]]:
+        async def unresolved_ref(stream: str) -> str | None:
+            asked.append(stream)
+            return answer
+
+        return unresolved_ref
+
     plain = await consumer_handlers.reconcile(spec, OWNER, jetstream, stream_name=None)
+    missing = await consumer_handlers.reconcile(
+        spec, OWNER, jetstream, stream_name=None, unresolved_ref=explaining(None)
+    )
+    elsewhere = consumer_handlers.served_elsewhere("orders", {"shard": "b"}, "shard=a")
     sharded = await consumer_handlers.reconcile(
-        spec, OWNER, jetstream, stream_name=None, selector="shard=b"
+        spec, OWNER, jetstream, stream_name=None, unresolved_ref=explaining(elsewhere)
     )
-    assert plain.outcome.reason == sharded.outcome.reason == "StreamNotFound"
-    assert "shard=b" not in plain.outcome.message
-    assert sharded.outcome.message.startswith(plain.outcome.message)
-    assert "matching 'shard=b': give the Consumer the labels of its Stream" in (
-        sharded.outcome.message
-    )
+    assert asked == ["orders", "orders"]
+    assert plain.outcome.reason == missing.outcome.reason == sharded.outcome.reason
+    assert plain.outcome.reason == "StreamNotFound"
+    assert missing.outcome.message == plain.outcome.message
+    assert sharded.outcome.message == elsewhere
+    assert elsewhere is not None and "selector 'shard=a'" in elsewhere
+    assert "give the consumer the labels of its stream" in elsewhere.lower()
+
+
+def test_a_stream_the_selector_takes_is_not_called_another_deployments() -> None:
+    """It exists and matches: its watch event is on its way, and the plain message holds."""
+    assert consumer_handlers.served_elsewhere("orders", {"shard": "a"}, "shard in (a,c)") is None
+    assert consumer_handlers.served_elsewhere("orders", {}, "shard in (a,c)") is not None

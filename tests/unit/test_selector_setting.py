@@ -15,6 +15,8 @@ from jetstream_operator import GROUP
 from jetstream_operator.cli import settings_problems
 from jetstream_operator.k8s.selection import (
     LabelSelection,
+    group_collection,
+    label_selector_matches,
     label_selector_problem,
     selected_collection,
 )
@@ -101,6 +103,50 @@ def test_only_lists_and_watches_of_the_selected_kinds_are_filtered(
     method: str, path: str, selected: bool
 ) -> None:
     assert selected_collection(request(method, path), SELECTED) is selected
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        ("shard=a", {"shard": "a"}, True),
+        ("shard==a", {"shard": "b"}, False),
+        ("shard=a", {}, False),
+        ("shard!=a", {}, True),
+        ("shard!=a", {"shard": "a"}, False),
+        ("shard in (a, b)", {"shard": "b"}, True),
+        ("shard in (a,b)", {}, False),
+        ("shard notin (a,b)", {}, True),
+        ("shard notin (a,b)", {"shard": "a"}, False),
+        ("shard", {"shard": ""}, True),
+        ("shard", {"other": "a"}, False),
+        ("!legacy", {"legacy": "yes"}, False),
+        ("!legacy", {}, True),
+        ("shard=", {"shard": ""}, True),
+        ("example.com/shard=a,!legacy", {"example.com/shard": "a"}, True),
+        ("example.com/shard=a,!legacy", {"example.com/shard": "a", "legacy": ""}, False),
+    ],
+)
+def test_labels_match_a_selector_by_the_rules_of_kubernetes(
+    selector: str, labels: dict[str, str], matches: bool
+) -> None:
+    assert label_selector_problem(selector) is None
+    assert label_selector_matches(selector, labels) is matches
+
+
+@pytest.mark.parametrize(
+    ("path", "plural"),
+    [
+        (f"/apis/{GROUP}/v1alpha1/natsconnections", "natsconnections"),
+        (f"/apis/{GROUP}/v1alpha1/namespaces/team-a/keyvalues", "keyvalues"),
+        (f"/apis/{GROUP}/v1alpha1/namespaces/team-a/streams/orders", None),
+        (f"/apis/{GROUP}/v1alpha1/watch/streams/orders", None),
+        ("/api/v1/namespaces/team-a/events", None),
+    ],
+)
+def test_the_watch_tap_and_the_selector_read_paths_alike(path: str, plural: str | None) -> None:
+    """One parser names the collection for both middlewares: a watch of our kinds is tapped
+    for creations exactly when it is a list or watch the selector would filter."""
+    assert group_collection(request("GET", path)) == plural
 
 
 async def test_the_middleware_adds_the_selector_and_keeps_the_watch() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..api.consumer import ConsumerSpec
+from ..k8s.selection import label_selector_matches
 from ..nats.jsapi import (
     CONSUMER_EXISTS,
     STREAM_NOT_FOUND,
@@ -67,6 +68,19 @@ def planning_view(stream_info: Mapping[str, Any]) -> dict[str, Any]:
     return {"config": limits}
 
 
+def served_elsewhere(stream: str, labels: Mapping[str, str], selector: str) -> str | None:
+    """Why a streamRef finds no Stream when the Stream resource exists: this operator's label
+    selector leaves it to another deployment. None when the selector takes it (its watch event
+    has not arrived yet)."""
+    if label_selector_matches(selector, labels):
+        return None
+    return (
+        f"Stream resource {stream!r} is served by another operator deployment: its labels do "
+        f"not match this operator's selector {selector!r}. Give the Consumer the labels of its "
+        "Stream, so that one deployment serves both"
+    )
+
+
 async def reconcile(
     spec: Mapping[str, Any],
     owner: Owner,
@@ -79,15 +93,15 @@ async def reconcile(
     read_only: bool = False,
     stream_arrival: Callable[[str], Awaitable[StreamArrival]] | None = None,
     history: History | None = None,
-    selector: str | None = None,
+    unresolved_ref: Callable[[str], Awaitable[str | None]] | None = None,
 ) -> Result:
     """Bring the consumer in line with the spec. `stream_name` is the resolved stream (None
     while a streamRef points at no Stream resource yet). `known_info` / `known_stream_info`
     come from listings (or the stream's creation) and save a request each when the consumer
     turns out to be in sync. `stream_arrival`, if given, may wait once for a missing stream
     that is being created. `history` brings backoff, one Warning per distinct failure, and the
-    repeat guard. `selector`, this process's label selector, is named when a streamRef finds
-    no Stream: the Stream may be another process's.
+    repeat guard. `unresolved_ref`, given the name of a Stream resource that a streamRef
+    finds nowhere in this process, may explain why (it belongs to another operator's share).
 
     A creation refused because what was known is out of date (the consumer exists after all,
     or the stream does not) looks at the server once and plans again."""
@@ -146,11 +160,8 @@ async def reconcile(
                     # No kopf retry: the drift watcher acts as soon as the stream appears
                     # (advisory, or the next resync), without a retry's extra writes.
                     message = action.message()
-                    if action.from_ref and selector:
-                        message += (
-                            f" (this operator serves only resources matching {selector!r}: "
-                            "give the Consumer the labels of its Stream)"
-                        )
+                    if action.from_ref and unresolved_ref is not None:
+                        message = await unresolved_ref(action.stream) or message
                     result = Result(Outcome(False, action.reason, message))
                     return _settled(history, owner, stream_info, info, result)
                 case CreateConsumer(stream=target, config=config):

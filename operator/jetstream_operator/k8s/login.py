@@ -29,6 +29,7 @@ from ..metrics import (
     WRITES_YIELDED,
     YIELDED_SECONDS,
 )
+from .selection import group_collection
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -232,15 +233,6 @@ class _WatchTap:
             yield data
 
 
-def watched_plural(request: aiohttp.ClientRequest) -> str | None:
-    """The resource of one of our group's watches (`/apis/{GROUP}/{version}/[namespaces/x/]
-    {plural}`), None for any other."""
-    parts = request.url.path.strip("/").split("/")
-    if len(parts) < 4 or parts[0] != "apis" or parts[1] != GROUP:
-        return None
-    return parts[-1]
-
-
 def is_watch(request: aiohttp.ClientRequest) -> bool:
     return request.url.query.get("watch") in ("true", "1")
 
@@ -292,7 +284,7 @@ class RequestLimit:
     ) -> aiohttp.ClientResponse:
         if is_watch(request):
             response = await handler(request)
-            plural = watched_plural(request)
+            plural = group_collection(request)
             if plural is not None and (self._burst is not None or self._added is not None):
                 response.content = _WatchTap(  # type: ignore[assignment]
                     response.content, plural, self._creations

@@ -11,7 +11,7 @@ it now matches.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import aiohttp
 from aiohttp.client_middlewares import ClientHandlerType
@@ -67,17 +67,48 @@ def label_selector_problem(text: str) -> str | None:
     return None
 
 
-def selected_collection(request: aiohttp.ClientRequest, plurals: Collection[str]) -> bool:
-    """Whether the request lists or watches one of `plurals` of our group, cluster-wide
-    (`/apis/{GROUP}/{version}/{plural}`) or in a namespace (`.../namespaces/{ns}/{plural}`)."""
-    if request.method != "GET":
-        return False
+def label_selector_matches(text: str, labels: Mapping[str, str]) -> bool:
+    """Whether labels satisfy a selector that `label_selector_problem` accepted, as
+    kube-apiserver decides it: every requirement holds; `!=` and `notin` hold for an absent
+    key."""
+    for requirement in _requirements(text):
+        found = _REQUIREMENT.fullmatch(requirement)
+        if found is None:
+            raise ValueError(f"not a label selector requirement: {requirement!r}")
+        if found["absent"]:
+            if found["absent"].lstrip("!").strip() in labels:
+                return False
+            continue
+        value = labels.get(found["key"])
+        if found["compare"] in ("=", "=="):
+            holds = value == found["value"]
+        elif found["compare"] == "!=":
+            holds = value != found["value"]
+        elif found["set"]:
+            values = {item.strip() for item in found["values"].split(",")}
+            holds = (value in values) if found["set"] == "in" else (value not in values)
+        else:
+            holds = value is not None
+        if not holds:
+            return False
+    return True
+
+
+def group_collection(request: aiohttp.ClientRequest) -> str | None:
+    """The plural when the request is for a collection of our group, cluster-wide
+    (`/apis/{GROUP}/{version}/{plural}`) or in a namespace (`.../namespaces/{ns}/{plural}`):
+    what lists and watches ask for. None for any other path."""
     parts = request.url.path.strip("/").split("/")
     if len(parts) not in (4, 6) or parts[0] != "apis" or parts[1] != GROUP:
-        return False
+        return None
     if len(parts) == 6 and parts[3] != "namespaces":
-        return False
-    return parts[-1] in plurals
+        return None
+    return parts[-1]
+
+
+def selected_collection(request: aiohttp.ClientRequest, plurals: Collection[str]) -> bool:
+    """Whether the request lists or watches one of `plurals` of our group."""
+    return request.method == "GET" and group_collection(request) in plurals
 
 
 class LabelSelection:

@@ -44,6 +44,18 @@ class ResourceWriter:
         items: list[dict[str, Any]] = answer.get("items") or []
         return items
 
+    async def read_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One of our custom resources as the API server has it; None when there is none."""
+        try:
+            body: dict[str, Any] = await self._api.request(
+                "GET", f"{_objects(plural, namespace)}/{name}"
+            )
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        return body
+
     async def post_event(
         self, reference: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:
