@@ -68,6 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValidationError as error:
         print(settings_problems(error), file=sys.stderr)
         return 2
+    handlers.serve_connections(settings.manage_connections)
     shrink_tls_read_buffers()
     compact_kopf_bodies()
     # kopf's formatter names the resource (namespace/name) on every line it logs for one;

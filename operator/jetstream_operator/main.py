@@ -41,6 +41,7 @@ from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.selection import LabelSelection
 from .k8s.status import ResourceWriter
+from .k8s.watch import NamespaceWatches
 from .memory import HeapTrimmer
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
@@ -185,6 +186,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         )
     memo.writer = ResourceWriter(kubernetes)
     memo.secrets = SecretReader(kubernetes)
+    memo.unresolved = set()
+    memo.background = set()
+    memo.connection_watches = None
+    if not operator_settings.manage_connections:
+        # Its own session: a watch holds a connection for WATCH_SECONDS, and must not take
+        # one of those the operator's requests share.
+        memo.connection_watches = NamespaceWatches(
+            KubeApi(lambda: credentials(settings), connections=0),
+            NATS_CONNECTION.plural,
+            lambda event_type, body: _read_connection(memo, event_type, body),
+        )
     memo.directory = ConnectionDirectory(
         default_target(operator_settings),
         memo.natsconnections,
@@ -192,6 +204,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         memo.pool,
         require_reference=operator_settings.require_connection_ref,
         changed=lambda: _targets_changed(memo),
+        follow=memo.connection_watches.follow if memo.connection_watches else None,
     )
     watch_settings = WatchSettings(
         resync_interval=operator_settings.resync_interval,
@@ -221,6 +234,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.watchers.sync(memo.directory.known())
     # Freed heap stays in RSS until trimmed: idle at 2,000 resources 146-205 -> 110-113 MiB.
     memo.trimmer = asyncio.create_task(HeapTrimmer().run(), name="heap-trimmer")
+    memo.follower = (
+        None
+        if operator_settings.manage_connections
+        else asyncio.create_task(_follow_connections(memo), name="connection-follower")
+    )
     if operator_settings.metrics_port is not None:
         registries = {
             **memo.backed,
@@ -243,6 +261,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
     memo.trimmer.cancel()
+    if memo.follower is not None:
+        memo.follower.cancel()
+        for task in list(memo.background):
+            task.cancel()
+        await memo.connection_watches.stop()
     await memo.watchers.stop()
     await memo.pool.close()
     await memo.kubernetes.close()
@@ -304,6 +327,8 @@ def _observe(memo: kopf.Memo, registry: ResourceRegistry, event: kopf.RawEvent) 
     body = event.get("object") or {}
     uid = str((body.get("metadata") or {}).get("uid", ""))
     registry.observe(event.get("type"), body)
+    if memo.connection_watches is not None and event.get("type") != "DELETED":
+        _wanted_connection(memo, body)
     tracked = registry.get(uid)
     if tracked is not None:
         memo.watchers.observed(tracked)  # a consumer may wait for this stream's first status
@@ -694,13 +719,81 @@ def _kopf_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {key: kwargs[key] for key in keys}
 
 
-@kopf.on.event(GROUP, VERSION, NATS_CONNECTION.plural)
 async def remember_connection(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     memo.natsconnections.observe(event.get("type"), event.get("object") or {})
 
 
+async def _read_connection(memo: kopf.Memo, event_type: str, body: dict[str, Any]) -> None:
+    """Where NatsConnections are only read: a change from their watch (k8s/watch.py). A
+    connection in use is checked again when its spec changed, and forgotten when it is gone."""
+    metadata = body.get("metadata") or {}
+    key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+    known = memo.natsconnections.named(*key)
+    spec_before = None if known is None else known.spec  # the entry's body is replaced
+    memo.natsconnections.observe(event_type, body)
+    if event_type == "DELETED":
+        await _switch_connection(memo, key, None)
+        return
+    after = memo.natsconnections.named(*key)
+    if key in memo.directory.known() and after is not None and after.spec != spec_before:
+        try:
+            await _check_connection(memo, after.spec, *key, hold_secrets=False)
+        except Exception:  # the next recheck tries again
+            logger.exception("NatsConnection %s/%s could not be checked", *key)
+
+
+def _wanted_connection(memo: kopf.Memo, body: Mapping[str, Any]) -> None:
+    """Where NatsConnections are only read: a resource names a connection not known yet. Its
+    resolution starts now, as a managing process's connection handler would: after a restart,
+    resources Ready as they are never ask for their connection, and its drift repair would not
+    start."""
+    namespace = str((body.get("metadata") or {}).get("namespace", ""))
+    key = spec_connection_key(namespace, body.get("spec") or {})
+    if key is None or key in memo.directory.known() or key in memo.unresolved:
+        return
+    memo.unresolved.add(key)
+    task = asyncio.create_task(_resolve_connection(memo, key, first=True), name=f"resolve-{key}")
+    memo.background.add(task)
+    task.add_done_callback(memo.background.discard)
+
+
+async def _resolve_connection(memo: kopf.Memo, key: tuple[str, str], first: bool = False) -> None:
+    directory: ConnectionDirectory = memo.directory
+    try:
+        await directory.target_for(key[0], {"connectionRef": key[1]})
+    except Exception as error:  # retried with the connections' rechecks, logged once
+        level = logging.INFO if first else logging.DEBUG
+        logger.log(level, "NatsConnection %s/%s is not usable yet: %s", *key, error)
+        return
+    memo.unresolved.discard(key)
+
+
+async def _follow_connections(memo: kopf.Memo) -> None:
+    """Where NatsConnections are only read: recheck those in use as often as their manager
+    does, so a rotated credential takes effect here too, and retry those not usable yet."""
+    settings: OperatorSettings = memo.settings
+    while True:
+        await asyncio.sleep(settings.connection_check_interval)
+        for key in [key for key in memo.directory.known() if key is not None]:
+            tracked = memo.natsconnections.named(*key)
+            if tracked is None or tracked.deleting:
+                continue
+            try:
+                await _check_connection(memo, tracked.spec, *key, recheck=True, hold_secrets=False)
+            except Exception:
+                logger.exception("NatsConnection %s/%s could not be rechecked", *key)
+        for key in list(memo.unresolved):
+            await _resolve_connection(memo, key)
+
+
 async def _check_connection(
-    memo: kopf.Memo, spec: kopf.Spec, namespace: str, name: str, *, recheck: bool = False
+    memo: kopf.Memo,
+    spec: kopf.Spec | Mapping[str, Any],
+    namespace: str,
+    name: str,
+    *,
+    recheck: bool = False,
+    hold_secrets: bool = True,
 ) -> Result | None:
     """Connect with the connection's current Secrets; switch users over when they changed.
     A `recheck` that finds nothing to ask JetStream (see `probe_due`) returns None.
@@ -735,7 +828,7 @@ async def _check_connection(
         probed.pop(key, None)
         return result
     probed[key] = (time.monotonic(), changes)
-    for secret in connection_handlers.secret_names(spec):
+    for secret in connection_handlers.secret_names(spec) if hold_secrets else ():
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
     await _switch_connection(memo, key, target)
     return result
@@ -766,9 +859,6 @@ async def _release_secrets(
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, False)
 
 
-@kopf.on.resume(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
-@kopf.on.create(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
-@kopf.on.update(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_RECONCILE)
 async def reconcile_connection(
     old: kopf.BodyEssence | Any,
     body: kopf.Body,
@@ -801,7 +891,6 @@ async def reconcile_connection(
     )
 
 
-@kopf.daemon(GROUP, VERSION, NATS_CONNECTION.plural, id="recheck", cancellation_timeout=5)
 async def recheck_connection(
     stopped: kopf.DaemonStopped,
     spec: kopf.Spec,
@@ -832,7 +921,6 @@ async def recheck_connection(
             )
 
 
-@kopf.on.delete(GROUP, VERSION, NATS_CONNECTION.plural, id=HANDLER_FINALIZE)
 async def finalize_connection(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -881,6 +969,22 @@ async def finalize_connection(
         deleting=True,
         normal_events=memo.settings.events == "all",
     )
+
+
+def serve_connections(manage: bool) -> None:
+    """Register the NatsConnection handlers, where this deployment manages the connections.
+    A deployment that only reads them registers none, so kopf does not watch them at all: kopf
+    stores what it handled in every object of a kind it handles, and removes its finalizer,
+    shared with the managing deployment, from every object of a kind with no handler that
+    needs one. `NamespaceWatches` and `_read_connection` keep such a deployment up to date."""
+    if not manage:
+        return
+    plural = NATS_CONNECTION.plural
+    kopf.on.event(GROUP, VERSION, plural, id="remember_connection")(remember_connection)
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(GROUP, VERSION, plural, id=HANDLER_RECONCILE)(reconcile_connection)
+    kopf.daemon(GROUP, VERSION, plural, id="recheck", cancellation_timeout=5)(recheck_connection)
+    kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)(finalize_connection)
 
 
 async def _connection_users(memo: kopf.Memo, namespace: str, name: str) -> list[str]:

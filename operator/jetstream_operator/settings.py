@@ -34,6 +34,11 @@ class OperatorSettings(BaseSettings):
     syntax: `shard=a`, `shard in (a,b)`, `!legacy`), so several deployments can share a
     namespace (docs/scaling.md); unset for all. NatsConnections are not selected: a
     deployment needs those its resources use."""
+    manage_connections: bool = True
+    """Write NatsConnections: their status, Events and finalizers, and their Secrets'
+    finalizers. Where several deployments share a namespace by `selector`, one manages its
+    connections and the others set this to false: they only read the connections, to reach
+    NATS for their own resources."""
     resync_interval: float = Field(default=30.0, gt=0)
     """Seconds between full checks of every stream against its resource (one paged listing)."""
     consumer_resync_interval: float = Field(default=300.0, gt=0)

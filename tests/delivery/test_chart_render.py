@@ -287,6 +287,7 @@ def test_every_operator_variable_is_an_operator_setting(helm: Helm) -> None:
             {
                 "replicaCount": "2",
                 "watchNamespaces": "{a}",
+                "selector.matchLabels.shard": "a",
                 "nats.credentialsSecret.name": "creds",
                 "nats.tlsSecret.name": "tls",
                 "nats.tlsSecret.certKey": "tls.crt",
@@ -304,7 +305,8 @@ def test_every_operator_variable_is_an_operator_setting(helm: Helm) -> None:
         "KUBE_REQUESTS_ADAPTIVE", "YIELD_TO_CREATIONS",
         "STATUS_INTERVAL", "STATUS_WRITES_PER_SECOND", "EVENTS",
         "ADVISORIES",
-        "REQUIRE_CONNECTION_REF", "LOG_FORMAT", "NATS_CREDS_FILE", "NATS_TLS_CA",
+        "REQUIRE_CONNECTION_REF", "SELECTOR", "MANAGE_CONNECTIONS",
+        "LOG_FORMAT", "NATS_CREDS_FILE", "NATS_TLS_CA",
         "NATS_TLS_CERT", "NATS_TLS_KEY", "METRICS_PORT", "PEERING", "PEERING_LIFETIME",
     }  # fmt: skip
     assert names == {f"JETSTREAM_OPERATOR_{name}" for name in settings}

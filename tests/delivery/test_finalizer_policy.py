@@ -188,8 +188,11 @@ def test_a_selector_reaches_the_operator_and_the_policy_binding(helm: Helm) -> N
             {"key": "legacy", "operator": "DoesNotExist"},
         ],
     }
-    plain = rendered(helm, {"admissionFinalizer": "true"})
-    assert "JETSTREAM_OPERATOR_SELECTOR" not in container_env(one(plain, "Deployment"))
+    assert env["JETSTREAM_OPERATOR_MANAGE_CONNECTIONS"] == "true"
+    plain = rendered(helm, {"admissionFinalizer": "true", "operator.manageConnections": "false"})
+    plain_env = container_env(one(plain, "Deployment"))
+    assert "JETSTREAM_OPERATOR_SELECTOR" not in plain_env
+    assert plain_env["JETSTREAM_OPERATOR_MANAGE_CONNECTIONS"] == "false"
     assert "matchResources" not in one(plain, "MutatingAdmissionPolicyBinding")["spec"]
 
 

@@ -209,3 +209,74 @@ async def test_processes_of_two_shards_share_a_connection_and_its_deletion_waits
         await eventually(gone, timeout=60)
         for stream in streams.values():
             assert await subjects_in_nats(nc, stream) is None
+
+
+async def test_a_process_that_only_reads_connections_uses_them_and_writes_none(
+    operator_process: OperatorProcess,
+    shard_process: ShardProcess,
+    nats_server: NatsServer | ExistingNats,
+    resources: Resources,
+    nc: Client,
+    namespace: str,
+) -> None:
+    """Shard b's process (JETSTREAM_OPERATOR_MANAGE_CONNECTIONS=false) serves its Stream
+    through a NatsConnection no one manages yet, writes nothing to the connection, and repairs
+    the stream's drift through it, also after a restart. Shard a's process then manages the
+    connection, and the reading process leaves its finalizer alone: the connection goes only
+    after shard b's Stream is deleted in NATS."""
+    stream = namespace.replace("-", "_").upper() + "_ON_CONNECTION"
+    reader = shard_process(
+        JETSTREAM_OPERATOR_SELECTOR=f"{SHARD}=b", JETSTREAM_OPERATOR_MANAGE_CONNECTIONS="false"
+    )
+    # The session's process serves shard a only; until it is started again below, nothing but
+    # the reading process may touch the connection.
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_SELECTOR=f"{SHARD}=a"):
+        operator_process.stop()
+        reader.start()
+        resources.create("natsconnections", nats_connection("shared", [nats_server.url]))
+        on_connection = labelled_stream("on-connection", stream, "b")
+        on_connection["spec"]["connectionRef"] = "shared"
+        resources.create("streams", on_connection)
+        await eventually(lambda: _ready(resources, "on-connection"), timeout=60)
+        connection = resources.get("natsconnections", "shared") or {}
+        assert "status" not in connection, connection
+        assert not connection["metadata"].get("finalizers"), connection
+
+        async def recreated() -> bool:
+            return await subjects_in_nats(nc, stream) is not None
+
+        await JetStreamApi(nc).delete_stream(stream)  # drift, repaired through the connection
+        await eventually(recreated, timeout=30)
+        # Restarted with the Stream Ready as it is, which never asks for its connection: the
+        # Stream's watch event must bring the connection, or its drift goes unrepaired.
+        reader.stop()
+        reader.start()
+        await asyncio.sleep(2)
+        await JetStreamApi(nc).delete_stream(stream)
+        await eventually(recreated, timeout=30)
+        assert "status" not in (resources.get("natsconnections", "shared") or {})
+
+        operator_process.start()  # shard a's process, which manages connections
+
+        async def managed() -> bool:
+            body = resources.get("natsconnections", "shared") or {}
+            return is_ready(body) and bool(body["metadata"].get("finalizers"))
+
+        await eventually(managed, timeout=60)
+        # A change the reading process sees, and its own start: kopf there would strip the
+        # finalizer, were it watching connections.
+        resources.annotate("natsconnections", "shared", {"example.com/touched": "yes"})
+        reader.stop()
+        reader.start()
+        await asyncio.sleep(3)
+        assert await managed()
+        resources.delete("natsconnections", "shared")
+        await asyncio.sleep(2)  # the manager's finalizer sees it still in use
+        assert resources.get("natsconnections", "shared") is not None
+        resources.delete("streams", "on-connection")
+
+        async def gone() -> bool:
+            return resources.get("natsconnections", "shared") is None
+
+        await eventually(gone, timeout=60)
+        assert await subjects_in_nats(nc, stream) is None

@@ -361,6 +361,30 @@ async def test_the_directory_explains_a_missing_or_required_connection() -> None
     assert directory.known() == {None: default, ("ns", "tenant"): remembered}
 
 
+async def test_a_reading_directory_follows_the_namespace_of_a_connection_it_does_not_know() -> None:
+    """Where kopf does not watch NatsConnections, a miss asks to follow the namespace first;
+    a namespace whose listing failed is a transient trouble, not a missing connection."""
+    default = ConnectionTarget(("nats://127.0.0.1:4222",))
+    followed: list[str] = []
+
+    async def follow(namespace: str) -> bool:
+        followed.append(namespace)
+        return namespace != "unreadable"
+
+    directory = ConnectionDirectory(default, ResourceRegistry(), None, None, follow=follow)  # type: ignore[arg-type]
+    with pytest.raises(ConnectionNotReady) as missing:
+        await directory.target_for("ns", {"connectionRef": "tenant"})
+    assert missing.value.reason == "ConnectionNotFound"
+    with pytest.raises(ConnectionNotReady) as unread:
+        await directory.target_for("unreadable", {"connectionRef": "tenant"})
+    assert unread.value.reason == "ConnectionNotReady"
+    assert "could not be read yet" in str(unread.value)
+    remembered = ConnectionTarget(("nats://127.0.0.1:4223",))
+    directory.remember(("ns", "tenant"), remembered)
+    assert await directory.target_for("ns", {"connectionRef": "tenant"}) is remembered
+    assert followed == ["ns", "unreadable"]  # a known connection asks for nothing
+
+
 def test_the_registry_keeps_only_what_drift_repair_reads() -> None:
     registry = ResourceRegistry()
     body = {

@@ -61,12 +61,19 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
 
     import kopf
 
-    from jetstream_operator import main  # noqa: F401  (registers the handlers)
+    from jetstream_operator import main  # registers the handlers
     from jetstream_operator.api.kinds import CONSUMER
     from jetstream_operator.cli import REGISTRY_HANDLERS
     from jetstream_operator.reconcile.backed import STREAM_BACKED
 
     registry = kopf.get_default_registry()
+    served = {
+        handler.selector.any_name
+        for handler in registry._changing.get_all_handlers()
+        if handler.selector
+    }
+    if "natsconnections" not in served:
+        main.serve_connections(True)  # as the CLI does where connections are managed
     plurals = set()
     for handler in registry._watching.get_all_handlers():
         assert handler.selector is not None

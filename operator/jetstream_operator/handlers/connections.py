@@ -36,7 +36,11 @@ class ConnectionDirectory:
     `changed` is awaited after a resource's first use of a connection records its target, so
     the connection's drift watcher starts then: the connection's own handler, coming later,
     finds the target recorded and unchanged. (Before, resources applied together with their
-    connection could leave it without drift repair until a restart.)"""
+    connection could leave it without drift repair until a restart.)
+
+    `follow`, where the process only reads NatsConnections (kopf does not watch them then), is
+    asked to follow a namespace's connections when a resource there needs one it does not know;
+    False when their first listing failed."""
 
     def __init__(
         self,
@@ -46,6 +50,7 @@ class ConnectionDirectory:
         pool: ConnectionPool,
         require_reference: bool = False,
         changed: Callable[[], Awaitable[None]] | None = None,
+        follow: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.default = default
         self._connections = connections
@@ -53,6 +58,7 @@ class ConnectionDirectory:
         self._pool = pool
         self._require_reference = require_reference
         self._changed = changed
+        self._follow = follow
         self._targets: dict[tuple[str, str], ConnectionTarget] = {}
 
     def known(self) -> dict[ConnectionKey, ConnectionTarget]:
@@ -84,6 +90,14 @@ class ConnectionDirectory:
         if key in self._targets:
             return self._targets[key]
         tracked = self._connections.named(namespace, str(reference))
+        if tracked is None and self._follow is not None:
+            if not await self._follow(namespace):
+                raise ConnectionNotReady(
+                    "ConnectionNotReady",
+                    f"the NatsConnections of namespace {namespace!r} could not be read yet; "
+                    "retrying",
+                )
+            tracked = self._connections.named(namespace, str(reference))
         if tracked is None:
             raise ConnectionNotReady(
                 "ConnectionNotFound",

@@ -7,8 +7,9 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import kopf
@@ -25,6 +26,9 @@ CONNECTIONS = 8
 than open one per resource when thousands need a write at once."""
 CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection to the API server."""
+WATCH_SECONDS = 45
+"""How long the API server keeps one of the operator's watches open: less than READ_TIMEOUT, so
+a quiet watch ends by the server's choice, not as a timeout."""
 READ_TIMEOUT = 60.0
 """Seconds an open request may go without an answer: no hung request holds a watcher or a
 handler for longer. Neither counts the wait for one of the CONNECTIONS: aiohttp's `connect` and
@@ -89,6 +93,44 @@ class KubeApi:
                         _message(await answer.text()),
                     )
                 return await answer.json(content_type=None)
+
+    async def watch(
+        self, path: str, resource_version: str, seconds: int = WATCH_SECONDS
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of a collection from `resource_version` on (bookmarks included), until
+        the API server ends the watch after `seconds`; ApiError for an error status."""
+        query = urlencode(
+            {
+                "watch": "true",
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(seconds),
+            }
+        )
+        rejected: aiohttp.ClientSession | None = None
+        while True:
+            session, server = await self._connected(rejected)
+            async with session.get(f"{server}{path}?{query}") as answer:
+                if answer.status == 401 and rejected is None:
+                    rejected = session
+                    continue
+                if answer.status >= 400:
+                    raise ApiError(
+                        "GET",
+                        path,
+                        answer.status,
+                        answer.reason or "",
+                        _message(await answer.text()),
+                    )
+                partial = b""
+                # iter_chunked: the request limit's tap of our group's watches serves only it.
+                async for data in answer.content.iter_chunked(1 << 16):
+                    lines = (partial + data).split(b"\n")
+                    partial = lines.pop()
+                    for line in lines:
+                        if line.strip():
+                            yield json.loads(line)
+                return
 
     async def __aenter__(self) -> KubeApi:
         return self
