@@ -45,7 +45,10 @@ class ScriptedApi:
         self.closed = True
 
 
-async def test_changes_come_from_listings_and_watches_and_a_410_lists_again() -> None:
+async def test_changes_come_from_listings_and_watches_and_a_410_lists_again(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr("jetstream_operator.k8s.watch.SHORTEST_WATCH", 0.0)
     api = ScriptedApi(
         listings=[
             {"metadata": {"resourceVersion": "10"}, "items": [item("a", "1"), item("b", "2")]},
@@ -102,3 +105,22 @@ async def test_a_failed_first_listing_is_reported_and_tried_again(monkeypatch: A
     assert await watches.follow("ns")  # the same task, listed on its second try
     assert seen == ["ADDED"]
     await watches.stop()
+
+
+async def test_watches_that_end_at_once_are_not_asked_again_in_a_tight_loop(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr("jetstream_operator.k8s.watch.SHORTEST_WATCH", 0.2)
+    api = ScriptedApi(
+        listings=[{"metadata": {"resourceVersion": "1"}, "items": []}],
+        watches=[[] for _ in range(100)],  # each ends at once, with no event
+    )
+
+    async def observe(event_type: str, body: dict[str, Any]) -> None:
+        raise AssertionError("nothing changed")
+
+    watches = NamespaceWatches(cast(KubeApi, api), "x", observe)
+    assert await watches.follow("ns")
+    await asyncio.sleep(0.5)
+    await watches.stop()
+    assert 2 <= len(api.watched_from) <= 4, api.watched_from

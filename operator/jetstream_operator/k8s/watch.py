@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,6 +27,10 @@ Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
 RETRY_SECONDS = (1.0, 30.0)
 """The first and the longest wait, doubled in between, before following a namespace again
 after the API server failed a listing or a watch; jittered."""
+
+SHORTEST_WATCH = 1.0
+"""Seconds: a watch that ends sooner (refused, or cut by a proxy) is followed by a wait this
+long, so a server that keeps ending them at once is not asked again in a tight loop."""
 
 FIRST_LISTING_TIMEOUT = 10.0
 """Seconds `follow` waits for a namespace's first listing before it gives up for now."""
@@ -76,7 +81,9 @@ class NamespaceWatches:
                 self._listed[namespace].set()
                 pause = RETRY_SECONDS[0]
                 while version is not None:
+                    started = time.monotonic()
                     version = await self._watch(path, version, known)
+                    await asyncio.sleep(max(0.0, started + SHORTEST_WATCH - time.monotonic()))
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # the API server's trouble: list again later
