@@ -532,3 +532,32 @@ def test_aggregated_roles_cover_every_kind(helm: Helm) -> None:
         "ClusterRole",
         "jso-jetstream-operator-view",
     )
+
+
+def granted(rules: list[dict[str, Any]], resource: str) -> set[str]:
+    """The verbs `rules` grant on a resource (such as `natsconnections/status`)."""
+    return {verb for rule in rules if resource in rule["resources"] for verb in rule["verbs"]}
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED])
+def test_a_release_that_only_reads_connections_may_only_read_them(
+    helm: Helm, values: dict[str, str]
+) -> None:
+    """With operator.manageConnections=false another release writes the NatsConnections and
+    holds their Secrets: the API server refuses this one's writes to them, not only its code."""
+    kind = "Role" if values else "ClusterRole"  # namespaced: one Role per watched namespace
+    managing = find(helm.render(values), kind, "jso-jetstream-operator")
+    reading = find(
+        helm.render({**values, "operator.manageConnections": "false"}),
+        kind,
+        "jso-jetstream-operator",
+    )
+    assert len(managing) == len(reading) == (len(WATCHED) if values else 1)
+    for manager, reader in zip(managing, reading, strict=True):
+        assert {"patch", "update"} <= granted(manager["rules"], "natsconnections/status")
+        assert granted(manager["rules"], "secrets") == {"get", "patch"}
+        assert granted(reader["rules"], "natsconnections") == {"get", "list", "watch"}
+        assert granted(reader["rules"], "natsconnections/status") == set()
+        assert granted(reader["rules"], "secrets") == {"get"}
+        for resource in ("streams", "streams/status", "consumers/status", "events"):
+            assert granted(reader["rules"], resource) == granted(manager["rules"], resource)

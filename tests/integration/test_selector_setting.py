@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator import GROUP
+from jetstream_operator.devenv.gobuild import ensure_tools
 from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.delivery.helpers import Helm, one
 from tests.support.targets import ExistingNats
 
 from .conftest import SESSION_OPERATOR_ENV, operator_variant
@@ -47,15 +51,18 @@ def shard_process(
     tmp_path: Path,
     process_logs: dict[str, Path],
 ) -> Iterator[ShardProcess]:
-    """Makes a second operator process with the session's settings and more, stopped after the
-    test; not started."""
+    """Makes a second operator process with the session's settings and more (and, given a
+    kubeconfig as `identity`, as someone else), stopped after the test; not started."""
     made: list[OperatorProcess] = []
 
-    def make(**env: str) -> OperatorProcess:
+    def make(identity: Path | None = None, **env: str) -> OperatorProcess:
         log_file = tmp_path / f"operator-{len(made) + 2}.log"
         process_logs[log_file.stem] = log_file
         process = OperatorProcess(
-            kubeconfig, nats_server.url, log_file, extra_env={**SESSION_OPERATOR_ENV, **env}
+            identity or kubeconfig,
+            nats_server.url,
+            log_file,
+            extra_env={**SESSION_OPERATOR_ENV, **env},
         )
         made.append(process)
         return process
@@ -63,6 +70,55 @@ def shard_process(
     yield make
     for process in made:
         process.stop()
+
+
+@pytest.fixture
+def reader_identity(
+    api_client: client.ApiClient, kubeconfig: Path, namespace: str, tmp_path: Path
+) -> Iterator[Path]:
+    """A ServiceAccount's kubeconfig, allowed exactly what the chart's ClusterRole grants a
+    release with operator.manageConnections=false: no writes to NatsConnections or Secrets."""
+    helm = Helm(ensure_tools(["helm"])["helm"], tmp_path / "helm-home")
+    rendered = helm.render(
+        {"operator.manageConnections": "false"}, "--show-only", "templates/rbac.yaml"
+    )
+    rules = one(rendered, "ClusterRole")["rules"]
+    name = f"reader-{namespace}"
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    account = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader"))
+    core.create_namespaced_service_account(namespace, account)
+    rbac.create_cluster_role(
+        client.V1ClusterRole(
+            metadata=client.V1ObjectMeta(name=name),
+            rules=[client.V1PolicyRule(**rule) for rule in rules],
+        )
+    )
+    subject = client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)
+    rbac.create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=name),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name
+            ),
+            subjects=[subject],
+        )
+    )
+    request = core.create_namespaced_service_account_token(
+        "reader",
+        namespace,
+        client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+        ),
+    )
+    assert request.status is not None and request.status.token
+    config = yaml.safe_load(kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": request.status.token}
+    identity = tmp_path / "reader.kubeconfig"
+    identity.write_text(yaml.safe_dump(config))
+    yield identity
+    rbac.delete_cluster_role_binding(name)
+    rbac.delete_cluster_role(name)
 
 
 async def subjects_in_nats(nc: Client, stream: str) -> list[str] | None:
@@ -214,19 +270,22 @@ async def test_processes_of_two_shards_share_a_connection_and_its_deletion_waits
 async def test_a_process_that_only_reads_connections_uses_them_and_writes_none(
     operator_process: OperatorProcess,
     shard_process: ShardProcess,
+    reader_identity: Path,
     nats_server: NatsServer | ExistingNats,
     resources: Resources,
     nc: Client,
     namespace: str,
 ) -> None:
-    """Shard b's process (JETSTREAM_OPERATOR_MANAGE_CONNECTIONS=false) serves its Stream
-    through a NatsConnection no one manages yet, writes nothing to the connection, and repairs
-    the stream's drift through it, also after a restart. Shard a's process then manages the
-    connection, and the reading process leaves its finalizer alone: the connection goes only
-    after shard b's Stream is deleted in NATS."""
+    """Shard b's process (JETSTREAM_OPERATOR_MANAGE_CONNECTIONS=false, with the chart's RBAC
+    for it) serves its Stream through a NatsConnection no one manages yet, writes nothing to
+    the connection, and repairs the stream's drift through it, also after a restart. Shard a's
+    process then manages the connection, and the reading process leaves its finalizer alone:
+    the connection goes only after shard b's Stream is deleted in NATS."""
     stream = namespace.replace("-", "_").upper() + "_ON_CONNECTION"
     reader = shard_process(
-        JETSTREAM_OPERATOR_SELECTOR=f"{SHARD}=b", JETSTREAM_OPERATOR_MANAGE_CONNECTIONS="false"
+        reader_identity,
+        JETSTREAM_OPERATOR_SELECTOR=f"{SHARD}=b",
+        JETSTREAM_OPERATOR_MANAGE_CONNECTIONS="false",
     )
     # The session's process serves shard a only; until it is started again below, nothing but
     # the reading process may touch the connection.

@@ -99,16 +99,32 @@ app.kubernetes.io/part-of: jetstream-operator
 {{- $group := $crd.spec.group }}
 {{- $_ := set $plurals $group (append (get $plurals $group | default list) $crd.spec.names.plural) }}
 {{- end }}
+{{- $manage := .Values.operator.manageConnections }}
 {{- range $group, $resources := $plurals }}
+{{- $written := list }}
+{{- $read := list }}
+{{- range $resources }}
+{{- if and (not $manage) (eq . "natsconnections") }}
+{{- $read = append $read . }}
+{{- else }}
+{{- $written = append $written . }}
+{{- end }}
+{{- end }}
 - apiGroups: [{{ $group | quote }}]
-  resources: {{ toJson $resources }}
+  resources: {{ toJson $written }}
   verbs: ["get", "list", "watch", "patch", "update"]
 - apiGroups: [{{ $group | quote }}]
   resources:
-  {{- range $resources }}
+  {{- range $written }}
   - {{ printf "%s/status" . }}
   {{- end }}
   verbs: ["get", "patch", "update"]
+{{- if $read }}
+# operator.manageConnections=false: another release manages them; this one only reads them.
+- apiGroups: [{{ $group | quote }}]
+  resources: {{ toJson $read }}
+  verbs: ["get", "list", "watch"]
+{{- end }}
 {{- end }}
 - apiGroups: [""]
   resources: ["events"]
@@ -116,8 +132,12 @@ app.kubernetes.io/part-of: jetstream-operator
 {{- if .Values.rbac.secrets }}
 - apiGroups: [""]
   resources: ["secrets"]
+  {{- if $manage }}
   # patch: a working NatsConnection holds its Secrets with a finalizer until it is deleted
   verbs: ["get", "patch"]
+  {{- else }}
+  verbs: ["get"]
+  {{- end }}
 {{- end }}
 {{- end }}
 
