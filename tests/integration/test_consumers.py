@@ -498,7 +498,15 @@ async def test_streams_applied_before_their_consumers_write_their_status_once(
     count, workers = 48, 8
     streams = [f"kinds{i}" for i in range(count)]
     consumers = [f"{stream}-reader" for stream in streams]
-    with operator_variant(operator_process, JETSTREAM_OPERATOR_WORKERS=str(workers)):
+    # This namespace only: restarted, the session's operator would first resume what earlier
+    # tests left in theirs, some of it not Ready (a pass of those waits up to RESUME_SPREAD,
+    # holding one of the few workers), and the new resources would queue behind them. A CI
+    # run failed so: none of the 96 Ready within 60 s.
+    with operator_variant(
+        operator_process,
+        JETSTREAM_OPERATOR_WORKERS=str(workers),
+        JETSTREAM_OPERATOR_NAMESPACES=namespace,
+    ):
         before = await writes_once_quiet(control_plane)
         stream_changes = StatusChanges(resources.api, "streams").start()
         consumer_changes = StatusChanges(resources.api, "consumers").start()
