@@ -186,6 +186,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         )
     memo.writer = ResourceWriter(kubernetes)
     memo.secrets = SecretReader(kubernetes)
+    memo.explained = {}
     memo.unresolved = set()
     memo.background = set()
     memo.connection_watches = None
@@ -228,6 +229,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             may_act=peering_check.active if peering_check else None,
             failures=memo.failures.for_connection(key),
             budget=budget,
+            explained=memo.explained.get,
         )
 
     memo.watchers = WatcherSet(make_watcher)
@@ -335,6 +337,7 @@ def _observe(memo: kopf.Memo, registry: ResourceRegistry, event: kopf.RawEvent) 
     if event.get("type") == "DELETED":
         memo.failures.forget(uid)
         memo.budget.forget(uid)
+        memo.explained.pop(uid, None)
 
 
 RESUME_SPREAD = 10.0
@@ -567,24 +570,30 @@ def _resolved_stream(memo: kopf.Memo, owner: Owner, spec: kopf.Spec) -> str | No
 
 
 def _unresolved_ref(
-    memo: kopf.Memo, namespace: str, selector: str | None
+    memo: kopf.Memo, owner: Owner, selector: str | None
 ) -> Callable[[str], Awaitable[str | None]] | None:
     """With a label selector, a streamRef this process cannot resolve may name another
-    deployment's Stream: one read of that Stream tells, on the failing pass only."""
+    deployment's Stream: one read of that Stream tells, on the Consumer's own failing pass.
+    Drift repair's passes reuse the answer (`memo.explained`) and ask nothing."""
     if not selector:
         return None
+    explained: dict[str, str] = memo.explained
 
     async def explain(stream: str) -> str | None:
         writer: ResourceWriter = memo.writer
+        explained.pop(owner.uid, None)
         try:
-            body = await writer.read_object(STREAM_KIND.resource.plural, namespace, stream)
+            body = await writer.read_object(STREAM_KIND.resource.plural, owner.namespace, stream)
         except Exception as error:  # only an explanation: the plain message stands
-            logger.info("could not read Stream %s/%s: %s", namespace, stream, error)
+            logger.info("could not read Stream %s/%s: %s", owner.namespace, stream, error)
             return None
         if body is None:
             return None
         labels = (body.get("metadata") or {}).get("labels") or {}
-        return consumer_handlers.served_elsewhere(stream, labels, selector)
+        explanation = consumer_handlers.served_elsewhere(stream, labels, selector)
+        if explanation:
+            explained[owner.uid] = explanation
+        return explanation
 
     return explain
 
@@ -659,7 +668,7 @@ async def reconcile_consumer(
                 read_only=settings.read_only,
                 stream_arrival=stream_arrival,
                 history=history,
-                unresolved_ref=_unresolved_ref(memo, owner.namespace, settings.selector),
+                unresolved_ref=_unresolved_ref(memo, owner, settings.selector),
             )
         finally:
             if under_way is not None:

@@ -169,6 +169,12 @@ async def test_two_processes_split_a_namespace_by_label(
             )
 
         await eventually(lambda: waiting("stray", explained=True), timeout=30)
+        # Drift repair's passes (a resync every 2 s here) keep it: before, the first one wrote
+        # the plain message over it.
+        await asyncio.sleep(6)
+        assert await waiting("stray", explained=True), condition(
+            resources.get("consumers", "stray")
+        )
         await eventually(lambda: waiting("early", explained=False), timeout=30)
         assert "was not found" in (
             condition(resources.get("consumers", "early")).get("message") or ""

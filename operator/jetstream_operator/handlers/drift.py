@@ -259,7 +259,12 @@ class DriftWatcher:
         may_act: Callable[[], Awaitable[bool]] | None = None,
         failures: FailureMemory | None = None,
         budget: StatusBudget | None = None,
+        explained: Callable[[str], str | None] | None = None,
     ) -> None:
+        """`explained` gives, by a Consumer's uid, why its streamRef finds no Stream, as the
+        Consumer's own handler last found out (an API read): a pass here keeps that message
+        instead of writing the plain one over it, and asks nothing."""
+        self._explained = explained
         self._backed = dict(backed)
         self._by_resource = {kind.resource.kind: kind for kind in self._backed}
         self._streams = self._backed[STREAM_KIND]
@@ -668,6 +673,11 @@ class DriftWatcher:
                 read_only=read_only,
                 history=history,
             )
+        explanation = self._explained(resource.owner.uid) if self._explained else None
+
+        async def unresolved_ref(_: str) -> str | None:
+            return explanation
+
         return await consumer_handlers.reconcile(
             resource.spec,
             resource.owner,
@@ -678,6 +688,7 @@ class DriftWatcher:
             known_stream_info=known_stream,
             read_only=read_only,
             history=history,
+            unresolved_ref=unresolved_ref if explanation else None,
         )
 
     async def _repair(
