@@ -120,6 +120,15 @@ class Resources:
         self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name)
 
 
+def stream_manifest(name: str, stream: str, **spec: Any) -> dict[str, Any]:
+    """A Stream resource named `name` for NATS stream `stream`, on subjects `<stream>.>`."""
+    return {
+        "kind": "Stream",
+        "metadata": {"name": name},
+        "spec": {"name": stream, "subjects": [f"{stream.lower()}.>"], **spec},
+    }
+
+
 def nats_connection(name: str, servers: list[str], **spec: Any) -> dict[str, Any]:
     """A NatsConnection manifest."""
     return {

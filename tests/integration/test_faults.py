@@ -18,7 +18,7 @@ from nats.aio.client import Client
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamUnavailable
 
-from .helpers import Resources, eventually, is_ready, json_body
+from .helpers import Resources, eventually, is_ready, json_body, stream_manifest
 
 pytestmark = [
     pytest.mark.integration,
@@ -27,14 +27,6 @@ pytestmark = [
 ]
 
 SCALE = int(os.environ.get("JETSTREAM_OPERATOR_FAULT_SCALE", "1"))
-
-
-def stream(name: str, stream_name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "kind": "Stream",
-        "metadata": {"name": name},
-        "spec": {"name": stream_name, "subjects": [f"{stream_name.lower()}.>"], **spec},
-    }
 
 
 def consumer(name: str, stream_name: str) -> dict[str, Any]:
@@ -71,7 +63,7 @@ async def test_nats_restart_while_creating_many_resources(
     prefix = namespace.replace("-", "_").upper()[:20]
     names = [f"s{index}" for index in range(count)]
     for index, name in enumerate(names):
-        resources.create("streams", stream(name, f"{prefix}_{index}"))
+        resources.create("streams", stream_manifest(name, f"{prefix}_{index}"))
         resources.create("consumers", consumer(f"c{index}", f"{prefix}_{index}"))
         if index == count // 3:
             nats_server.kill()
@@ -96,7 +88,7 @@ async def test_operator_killed_and_api_server_restarted_lose_nothing(
     count = 10 * SCALE
     prefix = namespace.replace("-", "_").upper()[:20]
     for index in range(count):
-        resources.create("streams", stream(f"k{index}", f"{prefix}_{index}"))
+        resources.create("streams", stream_manifest(f"k{index}", f"{prefix}_{index}"))
     names = [f"k{index}" for index in range(count)]
     await eventually(lambda: all_ready(resources, "streams", names), timeout=60)
     js = nc.jetstream()
@@ -113,7 +105,7 @@ async def test_operator_killed_and_api_server_restarted_lose_nothing(
     operator_process.start()
     control_plane.restart_apiserver()
     for index in range(count, count + 3):
-        resources.create("streams", stream(f"k{index}", f"{prefix}_{index}"))
+        resources.create("streams", stream_manifest(f"k{index}", f"{prefix}_{index}"))
     names += [f"k{index}" for index in range(count, count + 3)]
     await eventually(lambda: all_ready(resources, "streams", names), timeout=120)
 
@@ -139,7 +131,7 @@ async def test_watch_restarts_never_delete_anything(
     """The operator sees an empty world for a while (API server down, operator restarted):
     streams it manages are never deleted for it."""
     prefix = namespace.replace("-", "_").upper()[:20]
-    resources.create("streams", stream("survivor", f"{prefix}_S"))
+    resources.create("streams", stream_manifest("survivor", f"{prefix}_S"))
 
     async def ready() -> bool:
         return is_ready(resources.get("streams", "survivor"))
@@ -167,7 +159,7 @@ async def test_deleting_while_nats_is_down_cleans_up_when_it_returns(
     prefix = namespace.replace("-", "_").upper()[:20]
     names = [f"d{index}" for index in range(count)]
     for index, name in enumerate(names):
-        resources.create("streams", stream(name, f"{prefix}_{index}"))
+        resources.create("streams", stream_manifest(name, f"{prefix}_{index}"))
     await eventually(lambda: all_ready(resources, "streams", names), timeout=60)
     nats_server.stop()
     try:

@@ -11,17 +11,9 @@ from nats.aio.client import Client
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready, stream_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
-
-
-def stream_manifest(name: str, stream: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "kind": "Stream",
-        "metadata": {"name": name},
-        "spec": {"name": stream, "subjects": [f"{stream.lower()}.>"], **spec},
-    }
 
 
 async def server_config(nc: Client, stream: str) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ import pytest
 from jetstream_operator.devenv.operator_process import OperatorProcess
 
 from .conftest import operator_variant
-from .helpers import Resources, eventually, is_ready
+from .helpers import Resources, condition, eventually, is_ready, stream_manifest
 
 pytestmark = [pytest.mark.integration]
 
@@ -42,15 +42,7 @@ async def test_one_place_settles_and_deletes(
                 },
             )
         for index, name in enumerate(names):
-            stream = f"{prefix}_{index}"
-            resources.create(
-                "streams",
-                {
-                    "kind": "Stream",
-                    "metadata": {"name": name},
-                    "spec": {"name": stream, "subjects": [f"{stream.lower()}.>"]},
-                },
-            )
+            resources.create("streams", stream_manifest(name, f"{prefix}_{index}"))
 
         async def settled() -> bool:
             for name in names:
@@ -74,3 +66,47 @@ async def test_one_place_settles_and_deletes(
             )
 
         await eventually(gone, timeout=90)
+
+
+async def test_a_restart_among_many_resources_not_ready_leaves_room_for_new_ones(
+    operator_process: OperatorProcess, resources: Resources, namespace: str
+) -> None:
+    """A restarted operator paces its first passes of the resources it finds not Ready. Those
+    passes hold kopf's workers while they wait, so a new resource queues behind them: with a
+    random wait of up to 10 s each, 40 of them kept a new stream waiting for about
+    40 x 5 s / 2 workers, well over a minute; paced, they are through in a fraction of a second."""
+    prefix = namespace.replace("-", "_").upper()
+    stuck = [f"stuck-{index}" for index in range(40)]
+    with operator_variant(
+        operator_process, JETSTREAM_OPERATOR_NAMESPACES=namespace, JETSTREAM_OPERATOR_WORKERS="2"
+    ):
+        for index, name in enumerate(stuck):
+            resources.create(
+                "streams",
+                stream_manifest(name, f"{prefix}_STUCK_{index}", connectionRef="absent"),
+            )
+
+        async def reported() -> bool:
+            return all(
+                condition(resources.get("streams", name)).get("reason") == "ConnectionNotFound"
+                for name in stuck
+            )
+
+        await eventually(reported, timeout=60)
+        operator_process.stop()
+        operator_process.start()
+        resources.create("streams", stream_manifest("fresh", f"{prefix}_FRESH"))
+
+        async def fresh_ready() -> bool:
+            return is_ready(resources.get("streams", "fresh"))
+
+        await eventually(fresh_ready, timeout=30)  # over a minute with random waits
+    for name in stuck:  # their deletion would wait for the connection
+        resources.annotate("streams", name, {"jetstream-operator.io/release-finalizer": "true"})
+    for name in [*stuck, "fresh"]:
+        resources.delete("streams", name)
+
+    async def gone() -> bool:
+        return all(resources.get("streams", name) is None for name in [*stuck, "fresh"])
+
+    await eventually(gone, timeout=60)
