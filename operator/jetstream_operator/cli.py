@@ -61,6 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from .memory import compact_kopf_bodies, shrink_tls_read_buffers
+    from .queueing import release_deleted_workers
     from .settings import OperatorSettings
 
     try:
@@ -71,6 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     handlers.serve_connections(settings.manage_connections)
     shrink_tls_read_buffers()
     compact_kopf_bodies()
+    release_deleted_workers()
     # kopf's formatter names the resource (namespace/name) on every line it logs for one;
     # JSON puts it in fields ("object") for log pipelines.
     kopf.configure(

@@ -45,6 +45,7 @@ from .k8s.watch import NamespaceWatches
 from .memory import HeapTrimmer
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
+from .queueing import tune_queueing
 from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
 from .reconcile.conditions import Outcome
 from .reconcile.ownership import Owner
@@ -74,18 +75,6 @@ class SharedMemo(kopf.Memo):
 
     def __copy__(self) -> SharedMemo:
         return self
-
-
-WORKER_IDLE_TIMEOUT = 0.1
-"""Seconds kopf keeps an object's worker after its last event (kopf's default is 5 s). Under
-a worker limit, that idle time holds a place another resource is queued for; without one,
-every idle worker still holds memory. Events that follow later start a new worker."""
-
-
-def tune_queueing(settings: kopf.OperatorSettings, workers: int) -> None:
-    """How many resources of a kind kopf handles at once, and how soon a worker lets go."""
-    settings.queueing.worker_limit = workers or None
-    settings.queueing.idle_timeout = WORKER_IDLE_TIMEOUT
 
 
 def request_limit(memo: kopf.Memo) -> RequestLimit:

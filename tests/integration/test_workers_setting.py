@@ -110,3 +110,29 @@ async def test_a_restart_among_many_resources_not_ready_leaves_room_for_new_ones
         return all(resources.get("streams", name) is None for name in [*stuck, "fresh"])
 
     await eventually(gone, timeout=60)
+
+
+async def test_deletions_at_few_workers_free_their_places_at_once(
+    operator_process: OperatorProcess, resources: Resources, namespace: str
+) -> None:
+    """kopf kept a deleted resource's worker for 5 s after its DELETED event, waiting for a
+    version it had marked as never arriving: at 2 workers, 2 deletions per 5 s."""
+    prefix = namespace.replace("-", "_").upper()
+    names = [f"gone-{index}" for index in range(40)]
+    with operator_variant(
+        operator_process, JETSTREAM_OPERATOR_NAMESPACES=namespace, JETSTREAM_OPERATOR_WORKERS="2"
+    ):
+        for index, name in enumerate(names):
+            resources.create("streams", stream_manifest(name, f"{prefix}_{index}"))
+
+        async def ready() -> bool:
+            return all(is_ready(resources.get("streams", name)) for name in names)
+
+        await eventually(ready, timeout=60)
+        for name in names:
+            resources.delete("streams", name)
+
+        async def gone() -> bool:
+            return all(resources.get("streams", name) is None for name in names)
+
+        await eventually(gone, timeout=40)
