@@ -448,43 +448,48 @@ async def test_consumer_applied_before_its_stream_becomes_ready(
 
 
 async def test_a_stream_applied_with_its_consumers_writes_its_status_once(
-    resources: Resources, namespace: str, control_plane: Any
+    operator_process: OperatorProcess, resources: Resources, namespace: str, control_plane: Any
 ) -> None:
     """As `kubectl apply` of a file holding a stream and then its consumers: the stream's
     first status already counts them, instead of each consumer writing the count again."""
     base = base_name(namespace)
     streams = [f"app{i}" for i in range(4)]
     consumers = [f"{stream}-reader{j}" for stream in streams for j in range(2)]
-    before = await writes_once_quiet(control_plane)
-    changes = StatusChanges(resources.api, "streams").start()
-    for i, stream in enumerate(streams):
-        resources.create("streams", stream_manifest(stream, f"{base}_{i}", [f"{stream}.{base}"]))
-        for j in range(2):
+    # The API server counts every namespace's writes: an operator serving only this one makes
+    # sure a retry or a late count of an earlier test's resource is not taken for this one's.
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_NAMESPACES=namespace):
+        before = await writes_once_quiet(control_plane)
+        changes = StatusChanges(resources.api, "streams").start()
+        for i, stream in enumerate(streams):
             resources.create(
-                "consumers",
-                consumer_manifest(f"{stream}-reader{j}", durableName=f"R{j}", streamRef=stream),
+                "streams", stream_manifest(stream, f"{base}_{i}", [f"{stream}.{base}"])
+            )
+            for j in range(2):
+                resources.create(
+                    "consumers",
+                    consumer_manifest(f"{stream}-reader{j}", durableName=f"R{j}", streamRef=stream),
+                )
+
+        async def settled() -> bool:
+            bodies = [resources.get("streams", name) for name in streams]
+            counted = all(((b or {}).get("status") or {}).get("consumerCount") == 2 for b in bodies)
+            return (
+                counted
+                and all(is_ready(body) for body in bodies)
+                and all(is_ready(resources.get("consumers", name)) for name in consumers)
             )
 
-    async def settled() -> bool:
-        bodies = [resources.get("streams", name) for name in streams]
-        counted = all(((b or {}).get("status") or {}).get("consumerCount") == 2 for b in bodies)
-        return (
-            counted
-            and all(is_ready(body) for body in bodies)
-            and all(is_ready(resources.get("consumers", name)) for name in consumers)
+        await eventually(settled, timeout=30)
+        await asyncio.sleep(2)  # a consumer's own recount would follow within a second
+        written = difference(apiserver_writes(control_plane), before)
+        changes.stop()
+        # One status per stream (two more each without the gathering). A consumer whose watch
+        # event reached the operator only after its stream was made writes the count itself:
+        # allow one such, on a busy machine.
+        assert len(streams) <= written.get("PATCH streams/status", 0) <= len(streams) + 1, (
+            written,
+            changes.report(),
         )
-
-    await eventually(settled, timeout=30)
-    await asyncio.sleep(2)  # a consumer's own recount would follow within a second
-    written = difference(apiserver_writes(control_plane), before)
-    changes.stop()
-    # One status per stream (two more each without the gathering). A consumer whose watch
-    # event reached the operator only after its stream was made writes the count itself:
-    # allow one such, on a busy machine.
-    assert len(streams) <= written.get("PATCH streams/status", 0) <= len(streams) + 1, (
-        written,
-        changes.report(),
-    )
 
 
 async def test_streams_applied_before_their_consumers_write_their_status_once(
@@ -499,9 +504,9 @@ async def test_streams_applied_before_their_consumers_write_their_status_once(
     streams = [f"kinds{i}" for i in range(count)]
     consumers = [f"{stream}-reader" for stream in streams]
     # This namespace only: restarted, the session's operator would first resume what earlier
-    # tests left in theirs, some of it not Ready (a pass of those waits up to RESUME_SPREAD,
-    # holding one of the few workers), and the new resources would queue behind them. A CI
-    # run failed so: none of the 96 Ready within 60 s.
+    # tests left in theirs, some of it not Ready (a pass of those holds one of the few workers
+    # while it waits for its turn), and the new resources would queue behind them. A CI run
+    # failed so, when each waited a random 0-10 s: none of the 96 Ready within 60 s.
     with operator_variant(
         operator_process,
         JETSTREAM_OPERATOR_WORKERS=str(workers),
