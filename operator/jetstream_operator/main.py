@@ -294,14 +294,23 @@ def _report(
         (event.reason for event in result.events),
         time.perf_counter() - started,
     )
-    for key, value in status_changes(status, result, generation).items():
-        patch.status[key] = value
+    if not _gone_after(body, deleting, result):
+        for key, value in status_changes(status, result, generation).items():
+            patch.status[key] = value
     for event in result.events:
         if event.type == "Normal" and not normal_events:
             continue
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     if deleting and result.retry:
         raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
+
+
+def _gone_after(body: Mapping[str, Any], deleting: bool, result: Result) -> bool:
+    """A deletion done, with no finalizer but ours: the object is gone once kopf removes it, so
+    a status written now would be read by no one and cost a write per resource. Its Events stay.
+    """
+    finalizers = (body.get("metadata") or {}).get("finalizers") or []
+    return deleting and not result.retry and all(each == FINALIZER for each in finalizers)
 
 
 MADE = frozenset({"Created", "Recreated"})

@@ -9,11 +9,14 @@ waits for one place, while its watches run beside them; the same must hold."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
 
 from .conftest import operator_variant
+from .figures import apiserver_writes, difference, writes_once_quiet
 from .helpers import Resources, condition, eventually, is_ready, stream_manifest
 
 pytestmark = [pytest.mark.integration]
@@ -113,10 +116,12 @@ async def test_a_restart_among_many_resources_not_ready_leaves_room_for_new_ones
 
 
 async def test_deletions_at_few_workers_free_their_places_at_once(
-    operator_process: OperatorProcess, resources: Resources, namespace: str
+    operator_process: OperatorProcess, resources: Resources, namespace: str, control_plane: Any
 ) -> None:
     """kopf kept a deleted resource's worker for 5 s after its DELETED event, waiting for a
-    version it had marked as never arriving: at 2 workers, 2 deletions per 5 s."""
+    version it had marked as never arriving: at 2 workers, 2 deletions per 5 s. Each deletion
+    writes only the finalizer's removal (and its Event): a status on an object about to go
+    would be read by no one."""
     prefix = namespace.replace("-", "_").upper()
     names = [f"gone-{index}" for index in range(40)]
     with operator_variant(
@@ -129,6 +134,7 @@ async def test_deletions_at_few_workers_free_their_places_at_once(
             return all(is_ready(resources.get("streams", name)) for name in names)
 
         await eventually(ready, timeout=60)
+        before = await writes_once_quiet(control_plane)
         for name in names:
             resources.delete("streams", name)
 
@@ -136,3 +142,6 @@ async def test_deletions_at_few_workers_free_their_places_at_once(
             return all(resources.get("streams", name) is None for name in names)
 
         await eventually(gone, timeout=40)
+        written = difference(apiserver_writes(control_plane), before)
+    assert written.get("PATCH streams/status", 0) == 0, written
+    assert written.get("PATCH streams", 0) == len(names), written
