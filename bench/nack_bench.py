@@ -61,6 +61,8 @@ from operator_bench import (  # noqa: E402
     breakdown,
     cpu_line,
     deadline_guard,
+    deletion,
+    deletion_lines,
     drift_latency,
     floor_nats,
     floor_status_patches,
@@ -280,6 +282,10 @@ class Bench:
             GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
         )
 
+    def delete_one(self, namespace: str, plural: str, name: str) -> None:
+        """As the user would: the applier identity."""
+        self.applier.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+
     def apply_all(self, namespace: str, size: int, prefix: str) -> float:
         """In the order ours are applied (`--apply-order`)."""
         started = time.perf_counter()
@@ -384,6 +390,10 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
                     bench.nats.url, prefix, args.nack_drift_samples, args.nack_drift_timeout, True
                 )
             )
+    if row["converged"]:
+        row["deletion"] = deletion(
+            bench.delete_one, bench.objects, namespace, bench.nats.url, GROUP, VERSION
+        )
     row["errors"], row["first_error"] = bench.controller.log_errors()
     bench.controller.stop()  # the floor is measured with the servers to itself
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
@@ -463,6 +473,11 @@ def table(nack: Nack, rows: list[dict[str, Any]], args: argparse.Namespace) -> s
             f"{drift['deletions_repaired']}/{drift['samples']} recreated, "
             f"p50 {drift['delete_p50_ms']:.0f} ms",
         ]
+    deletions = [row for row in rows if "deletion" in row]
+    if deletions:
+        lines += ["", "Deletion, as for ours (Streams, then Consumers; 8 requests at a time):"]
+        for mode in dict.fromkeys(row["mode"] for row in deletions):
+            lines += deletion_lines(f"NACK {mode}", [r for r in deletions if r["mode"] == mode])
     lines += [""] + [
         f"- NACK {row['mode']} N={row['size']}, {cpu_line(row)}"
         for row in rows

@@ -207,6 +207,8 @@ class ObjectWatch:
         self._seen: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.last_change = 0.0
         self.restarts = 0
+        self.listed = threading.Event()
+        self.last_gone = 0.0
         self.error: str | None = None
         self._counting = False
         self._kind_of = kind_of or (lambda item: plural)
@@ -248,6 +250,7 @@ class ObjectWatch:
         self._update(
             {item["metadata"]["name"] for item in listing["items"] if is_ready(item)}, None
         )
+        self.listed.set()
         version = listing["metadata"]["resourceVersion"]
         while not self._stop.is_set():
             stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
@@ -286,6 +289,7 @@ class ObjectWatch:
         before_status, before_metadata = self._seen.get(name, ({}, metadata))
         if gone:
             self._seen.pop(name, None)
+            self.last_gone = time.monotonic()
         else:
             self._seen[name] = (status, metadata)
         changed = {
@@ -307,6 +311,14 @@ class ObjectWatch:
         if len(self.ready) > before:
             self.last_ready = time.monotonic()
             self.ready_times.extend([self.last_ready] * (len(self.ready) - before))
+
+    @property
+    def present(self) -> int:
+        """Objects that exist now, as the watch has seen them."""
+        return len(self._seen)
+
+    def names(self) -> list[str]:
+        return list(self._seen)
 
     def check(self) -> None:
         if self.error:
@@ -480,6 +492,10 @@ class Bench:
         self.applier.create_namespaced_custom_object(
             GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
         )
+
+    def delete_one(self, namespace: str, plural: str, name: str) -> None:
+        """As the user would: the applier identity."""
+        self.applier.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
 
     def create_many(self, namespace: str, plural: str, bodies: list[dict[str, Any]]) -> None:
         """8 at a time."""
@@ -824,6 +840,94 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
     row["ratio"] = row["wall"] / row["floor"]
     row["ratio_with_apply"] = row["wall"] / (row["floor"] + row["apply"])
     row["apply_slowdown"] = row["created"] / row["apply"]
+
+
+def deletion(
+    delete: Callable[[str, str, str], None],
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    nats_url: str,
+    group: str = GROUP,
+    version: str = VERSION,
+    timeout: float = 900,
+) -> dict[str, Any]:
+    """`kubectl delete -f` of what was applied: every Stream, then every Consumer, 8 requests at
+    a time, timed until the API server holds none of them and NATS none of their streams.
+    `delete(namespace, plural, name)` deletes one, as the user would."""
+    watches = [ObjectWatch(objects, namespace, plural, group, version) for plural in PLURALS]
+    with watching(watches):
+        for each in watches:
+            each.listed.wait(60)
+        names = [(each.plural, name) for each in watches for name in each.names()]
+        streams_before = asyncio.run(stream_count(nats_url))
+        stream_objects = sum(1 for plural, _ in names if plural == "streams")
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda item: delete(namespace, *item), names))
+        requested = time.monotonic() - started
+        gone_k8s = gone_nats = None
+        streams_left, progress = streams_before, started
+        while time.monotonic() < started + timeout and (gone_k8s is None or gone_nats is None):
+            for each in watches:
+                each.check()
+            if gone_k8s is None and all(each.present == 0 for each in watches):
+                gone_k8s = max(each.last_gone for each in watches) - started
+            if gone_nats is None:
+                count = asyncio.run(stream_count(nats_url))
+                if count < streams_left:
+                    streams_left, progress = count, time.monotonic()
+                if count <= streams_before - stream_objects:
+                    gone_nats = time.monotonic() - started
+                elif gone_k8s is not None and time.monotonic() - progress > NO_PROGRESS:
+                    break  # the controller deletes none of them (NACK legacy: no finalizer)
+            time.sleep(0.5)
+        left = {each.plural: each.present for each in watches}
+    return {
+        "objects": len(names),
+        "requested_s": requested,
+        "gone_k8s_s": gone_k8s,
+        "gone_nats_s": gone_nats,
+        "left": left,
+        "streams_left_in_nats": max(0, streams_left - (streams_before - stream_objects)),
+    }
+
+
+NO_PROGRESS = 60.0
+"""Seconds without a stream deleted in NATS, once the objects are gone, after which the
+deletion is reported as never reaching NATS."""
+PLURALS = ("streams", "consumers")
+
+
+def deletion_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
+    """One line per size with a deletion: when the API server and NATS had none left."""
+
+    def seconds(value: float | None) -> str:
+        return "never" if value is None else f"after {value:.1f} s"
+
+    def line(size: int, figures: dict[str, Any]) -> str:
+        text = (
+            f"- {label} N={size}: {figures['objects']} deletions requested in "
+            f"{figures['requested_s']:.1f} s; none left in Kubernetes "
+            f"{seconds(figures['gone_k8s_s'])}, none of their streams in NATS "
+            f"{seconds(figures['gone_nats_s'])}"
+        )
+        if figures["gone_nats_s"] is None:
+            text += f" ({figures.get('streams_left_in_nats', '?')} still there, none deleted"
+            text += f" for {NO_PROGRESS:.0f} s)"
+        if any(figures["left"].values()):
+            text += f"; objects left: {figures['left']}"
+        return text
+
+    return [line(row["size"], row["deletion"]) for row in rows if "deletion" in row]
+
+
+async def stream_count(url: str) -> int:
+    """The account's streams, by JetStream's own count."""
+    nc = await nats.connect(url)
+    try:
+        return int((await nc.jetstream().account_info()).streams)
+    finally:
+        await nc.close()
 
 
 # -- idle, drift, restart --------------------------------------------------------------------------
@@ -1242,6 +1346,9 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                     row["after_drift"] = after_drift(bench, kinds + bench_watches)
                     row["drift_counts"] = dict(bench.drift_counts() - drift_before)
                     row["restart"] = restart(bench, kinds + bench_watches, args.restart_seconds)
+            row["deletion"] = deletion(
+                bench.delete_one, bench.objects, f"bench-{size}", bench.nats.url
+            )
             add_floor(bench, row)
         finally:
             bench.stop()
@@ -1417,6 +1524,13 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
         "",
         *(convergence_table(rows) if rows else []),
     ]
+    if any("deletion" in row for row in rows):
+        lines += [
+            "",
+            "Deletion, `kubectl delete -f` of the applied resources (Streams, then Consumers; 8 "
+            "requests at a time):",
+            *deletion_lines("ours", rows),
+        ]
     idle_row = next((row for row in rows if "idle" in row), None)
     if idle_row:
         idle, drift, again = idle_row["idle"], idle_row["drift"], idle_row["restart"]
