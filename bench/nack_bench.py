@@ -392,7 +392,7 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
             )
     if row["converged"]:
         row["deletion"] = deletion(
-            bench.delete_one, bench.objects, namespace, bench.nats.url, GROUP, VERSION
+            bench.delete_one, bench.objects, namespace, bench.nats.url, prefix, GROUP, VERSION
         )
     row["errors"], row["first_error"] = bench.controller.log_errors()
     bench.controller.stop()  # the floor is measured with the servers to itself

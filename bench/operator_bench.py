@@ -847,39 +847,38 @@ def deletion(
     objects: client.CustomObjectsApi,
     namespace: str,
     nats_url: str,
+    prefix: str,
     group: str = GROUP,
     version: str = VERSION,
     timeout: float = 900,
 ) -> dict[str, Any]:
     """`kubectl delete -f` of what was applied: every Stream, then every Consumer, 8 requests at
-    a time, timed until the API server holds none of them and NATS none of their streams.
-    `delete(namespace, plural, name)` deletes one, as the user would."""
+    a time, timed until the API server holds none of them and NATS none of their streams (named
+    `prefix`_i). `delete(namespace, plural, name)` deletes one, as the user would."""
     watches = [ObjectWatch(objects, namespace, plural, group, version) for plural in PLURALS]
     with watching(watches):
         for each in watches:
             each.listed.wait(60)
         names = [(each.plural, name) for each in watches for name in each.names()]
-        streams_before = asyncio.run(stream_count(nats_url))
-        stream_objects = sum(1 for plural, _ in names if plural == "streams")
-        started = time.monotonic()
+        streams_left = asyncio.run(streams_named(nats_url, f"{prefix}_"))
+        started = progress = time.monotonic()
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda item: delete(namespace, *item), names))
         requested = time.monotonic() - started
         gone_k8s = gone_nats = None
-        streams_left, progress = streams_before, started
         while time.monotonic() < started + timeout and (gone_k8s is None or gone_nats is None):
             for each in watches:
                 each.check()
             if gone_k8s is None and all(each.present == 0 for each in watches):
                 gone_k8s = max(each.last_gone for each in watches) - started
             if gone_nats is None:
-                count = asyncio.run(stream_count(nats_url))
+                count = asyncio.run(streams_named(nats_url, f"{prefix}_"))
                 if count < streams_left:
                     streams_left, progress = count, time.monotonic()
-                if count <= streams_before - stream_objects:
+                if count == 0:
                     gone_nats = time.monotonic() - started
                 elif gone_k8s is not None and time.monotonic() - progress > NO_PROGRESS:
-                    break  # the controller deletes none of them (NACK legacy: no finalizer)
+                    break  # the controller deletes no more of them
             time.sleep(0.5)
         left = {each.plural: each.present for each in watches}
     return {
@@ -888,14 +887,31 @@ def deletion(
         "gone_k8s_s": gone_k8s,
         "gone_nats_s": gone_nats,
         "left": left,
-        "streams_left_in_nats": max(0, streams_left - (streams_before - stream_objects)),
+        "streams_left_in_nats": streams_left,
     }
 
 
 NO_PROGRESS = 60.0
 """Seconds without a stream deleted in NATS, once the objects are gone, after which the
 deletion is reported as never reaching NATS."""
+
 PLURALS = ("streams", "consumers")
+
+
+async def streams_named(url: str, prefix: str) -> int:
+    """How many streams' names start with `prefix`, from the server's own list of names."""
+    nc = await nats.connect(url)
+    try:
+        jetstream, offset, count = JetStreamApi(nc), 0, 0
+        while True:
+            page = await jetstream.request("STREAM.NAMES", {"offset": offset})
+            names = page.get("streams") or []
+            count += sum(1 for name in names if str(name).startswith(prefix))
+            offset += len(names)
+            if not names or offset >= int(page.get("total", 0)):
+                return count
+    finally:
+        await nc.close()
 
 
 def deletion_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
@@ -919,15 +935,6 @@ def deletion_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
         return text
 
     return [line(row["size"], row["deletion"]) for row in rows if "deletion" in row]
-
-
-async def stream_count(url: str) -> int:
-    """The account's streams, by JetStream's own count."""
-    nc = await nats.connect(url)
-    try:
-        return int((await nc.jetstream().account_info()).streams)
-    finally:
-        await nc.close()
 
 
 # -- idle, drift, restart --------------------------------------------------------------------------
@@ -1347,7 +1354,7 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                     row["drift_counts"] = dict(bench.drift_counts() - drift_before)
                     row["restart"] = restart(bench, kinds + bench_watches, args.restart_seconds)
             row["deletion"] = deletion(
-                bench.delete_one, bench.objects, f"bench-{size}", bench.nats.url
+                bench.delete_one, bench.objects, f"bench-{size}", bench.nats.url, f"B{size}"
             )
             add_floor(bench, row)
         finally:
