@@ -3,8 +3,8 @@
 A fixed random wait per resource spread them in time, but each wait held one of kopf's few
 workers: with W workers, R such resources kept new ones queued for about R x (mean wait) / W,
 minutes at a small worker limit. A shared pace spaces the passes by a fixed interval instead, so
-the burst after a restart is as gentle for NATS, while the workers it holds are free again after
-W / rate seconds at most and a restart with few such resources waits for nothing.
+the burst after a restart is as gentle for NATS, while a pass waits only for the passes ahead of
+it (their number / rate) and a restart with few such resources waits for nothing.
 """
 
 from __future__ import annotations
