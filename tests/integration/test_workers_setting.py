@@ -144,4 +144,5 @@ async def test_deletions_at_few_workers_free_their_places_at_once(
         await eventually(gone, timeout=40)
         written = difference(apiserver_writes(control_plane), before)
     assert written.get("PATCH streams/status", 0) == 0, written
-    assert written.get("PATCH streams", 0) == len(names), written
+    # One finalizer removal each; a removal refused for a newer version (422) is tried again.
+    assert len(names) <= written.get("PATCH streams", 0) <= len(names) + 2, written
