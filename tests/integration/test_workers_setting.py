@@ -77,7 +77,8 @@ async def test_a_restart_among_many_resources_not_ready_leaves_room_for_new_ones
     """A restarted operator paces its first passes of the resources it finds not Ready. Those
     passes hold kopf's workers while they wait, so a new resource queues behind them: with a
     random wait of up to 10 s each, 40 of them kept a new stream waiting for about
-    40 x 5 s / 2 workers, well over a minute; paced, they are through in a fraction of a second."""
+    40 x 5 s / 2 workers (not Ready within 30 s); paced, they are through in a fraction of a
+    second."""
     prefix = namespace.replace("-", "_").upper()
     stuck = [f"stuck-{index}" for index in range(40)]
     with operator_variant(
@@ -103,7 +104,7 @@ async def test_a_restart_among_many_resources_not_ready_leaves_room_for_new_ones
         async def fresh_ready() -> bool:
             return is_ready(resources.get("streams", "fresh"))
 
-        await eventually(fresh_ready, timeout=30)  # over a minute with random waits
+        await eventually(fresh_ready, timeout=30)  # not within 30 s with random waits
     for name in stuck:  # their deletion would wait for the connection
         resources.annotate("streams", name, {"jetstream-operator.io/release-finalizer": "true"})
     for name in [*stuck, "fresh"]:
