@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator.nats.jsapi import JetStreamApi
@@ -27,7 +28,7 @@ async def _publish(nc: Client, subject: str, count: int) -> None:
 @pytest.mark.usefixtures("operator_process")
 @pytest.mark.parametrize("policy", [{"deletionPolicy": "Retain"}, {"preventDelete": True}])
 async def test_retain_leaves_the_stream_and_its_messages(
-    resources: Resources, nc: Client, namespace: str, policy: dict[str, Any]
+    resources: Resources, nc: Client, namespace: str, policy: dict[str, Any], api_client: Any
 ) -> None:
     stream = namespace.replace("-", "_").upper()
     resources.create("streams", manifest("keep", stream, subjects=[f"{stream}.in"], **policy))
@@ -39,6 +40,34 @@ async def test_retain_leaves_the_stream_and_its_messages(
     assert info is not None, "Retain must keep the stream"
     assert info["state"]["messages"] == 3
     assert OWNER_METADATA_KEY not in (info["config"].get("metadata") or {})
+    # The object is gone with its status; the Event says what became of the stream.
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    assert any(e.reason == "Retained" and e.involved_object.name == "keep" for e in events)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("operator_process")
+async def test_a_stream_the_resource_did_not_make_is_left_with_an_event(
+    resources: Resources, nc: Client, namespace: str, api_client: Any
+) -> None:
+    stream = namespace.replace("-", "_").upper()
+    await JetStreamApi(nc).create_stream({"name": stream, "subjects": [f"{stream}.in"]})
+    resources.create("streams", manifest("theirs", stream, subjects=[f"{stream}.in"]))
+
+    async def refused() -> bool:
+        ready = condition(resources.get("streams", "theirs"))
+        return ready.get("status") == "False" and ready.get("observedGeneration") == 1
+
+    await eventually(refused)  # adoption is not asked for, so it is not taken over
+    resources.delete("streams", "theirs")
+    await eventually(lambda: _absent(resources, "theirs"))
+    assert await JetStreamApi(nc).stream_info(stream) is not None
+
+    async def recorded() -> bool:
+        events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+        return any(e.reason == "NotOwned" and e.involved_object.name == "theirs" for e in events)
+
+    await eventually(recorded, timeout=10)
 
 
 @pytest.mark.integration

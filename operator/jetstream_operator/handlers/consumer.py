@@ -39,6 +39,7 @@ from .results import (
     Event,
     Result,
     deletion_blocked,
+    left_in_nats,
     needs_a_person,
     not_converging,
     reattached_event,
@@ -262,8 +263,10 @@ async def finalize(
     """Delete the consumer if this resource owns it and may delete it; leave anything else."""
     name = spec.get("durableName")
     stream = stream_name or spec.get("streamName")
-    if not isinstance(name, str) or not isinstance(stream, str) or read_only:
+    if not isinstance(name, str) or not isinstance(stream, str):
         return Result(Outcome(True, "NotDeleted", "no consumer to delete"))
+    if read_only:
+        return left_in_nats("ReadOnly", f"consumer {name} left in NATS: read-only operator")
     try:
         retain = ConsumerSpec.model_validate(dict(spec)).retains_consumer()
     except ValidationError:
@@ -271,15 +274,21 @@ async def finalize(
     try:
         info = await jetstream.consumer_info(stream, name)
         if not may_delete(owner, info):
-            reason = "AlreadyGone" if info is None else "NotOwned"
-            return Result(Outcome(True, reason, f"consumer {name} not deleted: {reason}"))
+            if info is None:
+                return Result(
+                    Outcome(True, "AlreadyGone", f"consumer {name} not deleted: AlreadyGone")
+                )
+            return left_in_nats(
+                "NotOwned", f"consumer {name} left in NATS: this resource did not make it"
+            )
         assert info is not None
         if retain:
             release = release_request(owner, info)
             if release is not None:
                 await jetstream.create_consumer(stream, consumer_request(stream, release, "update"))
-            message = f"consumer {name} retained in NATS (deletionPolicy: Retain)"
-            return Result(Outcome(True, "Retained", message))
+            return left_in_nats(
+                "Retained", f"consumer {name} retained in NATS (deletionPolicy: Retain)"
+            )
         await jetstream.delete_consumer(stream, name)
     except JetStreamUnavailable as error:
         return deletion_blocked(f"consumer {name}", error)

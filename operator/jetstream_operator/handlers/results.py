@@ -143,3 +143,9 @@ def reattached_event(what: str, recorded: Owner, owner: Owner) -> Event:
         f"this resource has the same namespace/name with UID {owner.uid} (restored or "
         "recreated), so it takes the object over again",
     )
+
+
+def left_in_nats(reason: str, message: str) -> Result:
+    """A deletion that ends with the stream or consumer still in NATS. The Event is its record:
+    the object is gone a moment later, and with it the status."""
+    return Result(Outcome(True, reason, message), events=[Event("Normal", reason, message)])

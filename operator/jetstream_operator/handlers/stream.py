@@ -32,6 +32,7 @@ from .results import (
     Event,
     Result,
     deletion_blocked,
+    left_in_nats,
     needs_a_person,
     not_converging,
     reattached_event,
@@ -274,7 +275,7 @@ async def finalize(
         return Result(Outcome(True, "Deleted", f"no {kind.name_field}; nothing to delete"))
     what = kind.describe(spec)
     if read_only:
-        return Result(Outcome(True, "ReadOnly", f"{what} left in NATS: read-only operator"))
+        return left_in_nats("ReadOnly", f"{what} left in NATS: read-only operator")
     try:
         retain = kind.stream_spec(spec).retains_data()
     except ValidationError:
@@ -282,17 +283,15 @@ async def finalize(
     try:
         info = await jetstream.stream_info(name)
         if not may_delete(owner, info):
-            reason = "AlreadyGone" if info is None else "NotOwned"
-            return Result(Outcome(True, reason, f"{what} not deleted: {reason}"))
+            if info is None:
+                return Result(Outcome(True, "AlreadyGone", f"{what} not deleted: AlreadyGone"))
+            return left_in_nats("NotOwned", f"{what} left in NATS: this resource did not make it")
         assert info is not None
         if retain:
             release = release_request(owner, info)
             if release is not None:
                 await jetstream.update_stream(release)
-            message = f"{what} retained in NATS (deletionPolicy: Retain)"
-            return Result(
-                Outcome(True, "Retained", message), events=[Event("Normal", "Retained", message)]
-            )
+            return left_in_nats("Retained", f"{what} retained in NATS (deletionPolicy: Retain)")
         await jetstream.delete_stream(name)
     except JetStreamUnavailable as error:
         return deletion_blocked(what, error)
