@@ -61,6 +61,7 @@ from operator_bench import (  # noqa: E402
     breakdown,
     cpu_line,
     deadline_guard,
+    delete_alone,
     deletion,
     deletion_lines,
     drift_latency,
@@ -392,7 +393,14 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
             )
     if row["converged"]:
         row["deletion"] = deletion(
-            bench.delete_one, bench.objects, namespace, bench.nats.url, prefix, GROUP, VERSION
+            bench.delete_one,
+            bench.objects,
+            namespace,
+            bench.nats.url,
+            prefix,
+            GROUP,
+            VERSION,
+            cpu=bench.cpu_seconds,
         )
     row["errors"], row["first_error"] = bench.controller.log_errors()
     bench.controller.stop()  # the floor is measured with the servers to itself
@@ -401,6 +409,9 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
     row["apply"] = bench.apply_all(apply_namespace, size, f"A{size}")
     row["patches"] = floor_status_patches(
         bench.as_controller, apply_namespace, size, GROUP, VERSION
+    )
+    row["delete_alone"] = delete_alone(
+        bench.delete_one, bench.objects, apply_namespace, GROUP, VERSION
     )
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]

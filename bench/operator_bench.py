@@ -836,6 +836,7 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
     namespace = bench.namespace(f"apply-only-{size}")
     row["apply"] = time_apply(bench, namespace, size, bench.apply_order)
     row["patches"] = floor_status_patches(bench.as_controller, namespace, size)
+    row["delete_alone"] = delete_alone(bench.delete_one, bench.objects, namespace)
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
     row["ratio_with_apply"] = row["wall"] / (row["floor"] + row["apply"])
@@ -851,20 +852,22 @@ def deletion(
     group: str = GROUP,
     version: str = VERSION,
     timeout: float = 900,
+    cpu: Callable[[], Counter[str]] | None = None,
 ) -> dict[str, Any]:
     """`kubectl delete -f` of what was applied: every Stream, then every Consumer, 8 requests at
     a time, timed until the API server holds none of them and NATS none of their streams (named
-    `prefix`_i). `delete(namespace, plural, name)` deletes one, as the user would."""
+    `prefix`_i). `delete(namespace, plural, name)` deletes one, as the user would. `cpu`, if
+    given, reads each process's CPU seconds, for what they took while the requests were made."""
     watches = [ObjectWatch(objects, namespace, plural, group, version) for plural in PLURALS]
     with watching(watches):
         for each in watches:
             each.listed.wait(60)
         names = [(each.plural, name) for each in watches for name in each.names()]
         streams_left = asyncio.run(streams_named(nats_url, f"{prefix}_"))
+        cpu_before = cpu() if cpu is not None else Counter()
         started = progress = time.monotonic()
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda item: delete(namespace, *item), names))
-        requested = time.monotonic() - started
+        requested = request_deletions(delete, namespace, names)
+        cpu_requesting = (cpu() - cpu_before) if cpu is not None else Counter()
         gone_k8s = gone_nats = None
         while time.monotonic() < started + timeout and (gone_k8s is None or gone_nats is None):
             for each in watches:
@@ -888,7 +891,40 @@ def deletion(
         "gone_nats_s": gone_nats,
         "left": left,
         "streams_left_in_nats": streams_left,
+        "cpu_requesting": dict(cpu_requesting),
     }
+
+
+def request_deletions(
+    delete: Callable[[str, str, str], None], namespace: str, names: list[tuple[str, str]]
+) -> float:
+    """The seconds `kubectl delete -f` takes to request the deletion of (plural, name) each, 8
+    requests at a time."""
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda item: delete(namespace, *item), names))
+    return time.monotonic() - started
+
+
+def delete_alone(
+    delete: Callable[[str, str, str], None],
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    group: str = GROUP,
+    version: str = VERSION,
+) -> float:
+    """Deleting every Stream, then every Consumer of `namespace` with no controller running:
+    the user's requests alone, to compare with the same requests beside the controller. Where
+    a finalizer is put on at admission, the objects stay, being deleted."""
+    names = [
+        (plural, item["metadata"]["name"])
+        for plural in PLURALS
+        for item in cast(
+            dict[str, Any],
+            objects.list_namespaced_custom_object(group, version, namespace, plural),
+        )["items"]
+    ]
+    return request_deletions(delete, namespace, names)
 
 
 NO_PROGRESS = 60.0
@@ -920,10 +956,11 @@ def deletion_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
     def seconds(value: float | None) -> str:
         return "never" if value is None else f"after {value:.1f} s"
 
-    def line(size: int, figures: dict[str, Any]) -> str:
+    def line(size: int, figures: dict[str, Any], alone: float | None) -> str:
+        slowed = f" (alone {alone:.1f} s: {figures['requested_s'] / alone:.2f}x)" if alone else ""
         text = (
             f"- {label} N={size}: {figures['objects']} deletions requested in "
-            f"{figures['requested_s']:.1f} s; none left in Kubernetes "
+            f"{figures['requested_s']:.1f} s{slowed}; none left in Kubernetes "
             f"{seconds(figures['gone_k8s_s'])}, none of their streams in NATS "
             f"{seconds(figures['gone_nats_s'])}"
         )
@@ -932,9 +969,17 @@ def deletion_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
             text += f" for {NO_PROGRESS:.0f} s)"
         if any(figures["left"].values()):
             text += f"; objects left: {figures['left']}"
+        if figures.get("cpu_requesting"):
+            text += "; CPU seconds while they were requested: " + ", ".join(
+                f"{name} {seconds:.1f}" for name, seconds in figures["cpu_requesting"].items()
+            )
         return text
 
-    return [line(row["size"], row["deletion"]) for row in rows if "deletion" in row]
+    return [
+        line(row["size"], row["deletion"], row.get("delete_alone"))
+        for row in rows
+        if "deletion" in row
+    ]
 
 
 # -- idle, drift, restart --------------------------------------------------------------------------
@@ -1354,7 +1399,12 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                     row["drift_counts"] = dict(bench.drift_counts() - drift_before)
                     row["restart"] = restart(bench, kinds + bench_watches, args.restart_seconds)
             row["deletion"] = deletion(
-                bench.delete_one, bench.objects, f"bench-{size}", bench.nats.url, f"B{size}"
+                bench.delete_one,
+                bench.objects,
+                f"bench-{size}",
+                bench.nats.url,
+                f"B{size}",
+                cpu=bench.cpu_seconds,
             )
             add_floor(bench, row)
         finally:
@@ -1535,7 +1585,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
         lines += [
             "",
             "Deletion, `kubectl delete -f` of the applied resources (Streams, then Consumers; 8 "
-            "requests at a time):",
+            "requests at a time); alone: the same requests for the objects applied alone, with "
+            "the operator stopped (their finalizers stay):",
             *deletion_lines("ours", rows),
         ]
     idle_row = next((row for row in rows if "idle" in row), None)
