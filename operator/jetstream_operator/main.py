@@ -36,7 +36,7 @@ from .handlers.registry import (
 from .handlers.results import Result, deletion_blocked, paused, released, unavailable
 from .handlers.status_writes import StatusBudget, status_changes, status_patch
 from .k8s.client import KubeApi
-from .k8s.login import CreationBurst, RequestLimit, credentials, limited_session
+from .k8s.login import Burst, DeletionRequests, RequestLimit, credentials, limited_session
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.selection import LabelSelection
@@ -79,16 +79,22 @@ class SharedMemo(kopf.Memo):
 
 def request_limit(memo: kopf.Memo) -> RequestLimit:
     """One limit for all the operator's Kubernetes requests, kopf's and its own, so both step
-    back while the API server is slow or people create resources in a burst; made by whichever
-    of login and startup runs first. It also taps our watches for new resources."""
+    back while the API server is slow or people create or delete resources in a burst; made by
+    whichever of login and startup runs first. It also taps our watches for new resources."""
     if "kube_request_limit" not in memo:
         ours = OperatorSettings()
-        burst = CreationBurst(ours.yield_to_creations) if ours.yield_to_creations else None
+        burst = Burst(ours.yield_to_creations) if ours.yield_to_creations else None
+        deletions = (
+            DeletionRequests(Burst(ours.yield_to_deletions, seen_total=metrics.DELETIONS_SEEN))
+            if ours.yield_to_deletions
+            else None
+        )
         memo.kube_request_limit = RequestLimit(
             ours.kube_requests,
             ours.kube_requests_adaptive,
             burst,
             added=lambda plural, body: _announce(memo, plural, body),
+            deletions=deletions,
         )
     limit: RequestLimit = memo.kube_request_limit
     return limit

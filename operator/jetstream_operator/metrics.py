@@ -69,10 +69,16 @@ CREATIONS_SEEN = Counter(
     "New resources of the operator's kinds seen on its watches (ADDED events).",
     registry=REGISTRY,
 )
+DELETIONS_SEEN = Counter(
+    "jetstream_operator_deletions_seen",
+    "Deletion requests for resources of the operator's kinds seen on its watches (each object's "
+    "first event with a deletionTimestamp).",
+    registry=REGISTRY,
+)
 WRITES_YIELDED = Counter(
     "jetstream_operator_kube_writes_yielded",
     "Kubernetes writes of the operator (and new streams' first looks, which precede their first "
-    "status) that waited while resources were created in a burst.",
+    "status) that waited while resources were created or deleted in a burst.",
     registry=REGISTRY,
 )
 YIELDED_SECONDS = Counter(

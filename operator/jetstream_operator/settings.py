@@ -92,6 +92,10 @@ class OperatorSettings(BaseSettings):
     second; k8s/login.py, CreationBurst), the operator's Kubernetes writes wait until it ends,
     for at most this many seconds from its start, so their own applies go first; 0 never
     waits. The work in NATS goes on meanwhile."""
+    yield_to_deletions: float = Field(default=30.0, ge=0)
+    """The same for a burst of deletions (at least 32 requests in a second, as `kubectl delete
+    -f` of many resources makes): the finalizer removals and Events wait until it ends, at most
+    this many seconds from its start; 0 never waits. Deletions in NATS go on meanwhile."""
     peering_lifetime: int = Field(default=60, ge=2)
     """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -14,7 +14,7 @@ from jetstream_operator.devenv.paths import free_port
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant
-from .helpers import Resources, eventually, is_ready
+from .helpers import Resources, eventually, is_ready, stream_manifest
 
 pytestmark = [pytest.mark.integration]
 
@@ -123,3 +123,46 @@ async def test_writes_yield_to_a_burst_of_creations(
     )
     assert seen >= len(names)
     assert yielded >= 1
+
+
+async def test_writes_yield_to_a_burst_of_deletions(
+    metrics_url: str, resources: Resources, namespace: str, nc: Client
+) -> None:
+    """`kubectl delete -f` of many resources, seen through kopf's real watch: the finalizer
+    removals wait until the deletion requests stop, and then every deletion completes, in
+    Kubernetes and in NATS."""
+    prefix = namespace.replace("-", "_").upper()
+    names = [f"gone-{i}" for i in range(64)]
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda name: resources.create("streams", stream_manifest(name, f"{prefix}_{name}")),
+                names,
+            )
+        )
+
+    async def all_ready() -> bool:
+        return all(is_ready(resources.get("streams", name)) for name in names)
+
+    await eventually(all_ready, timeout=60)
+    before = scrape(metrics_url)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda name: resources.delete("streams", name), names))
+
+    async def all_gone() -> bool:
+        return all(resources.get("streams", name) is None for name in names)
+
+    await eventually(all_gone, timeout=60)
+    after = scrape(metrics_url)
+
+    def grew(metric: str) -> float:
+        return value(after, metric) - value(before, metric)
+
+    assert grew("jetstream_operator_deletions_seen_total") >= len(names)
+    assert grew("jetstream_operator_kube_writes_yielded_total") >= 1
+    jetstream = JetStreamApi(nc)
+
+    async def gone_from_nats() -> bool:
+        return all([await jetstream.stream_info(f"{prefix}_{name}") is None for name in names])
+
+    await eventually(gone_from_nats, timeout=30)

@@ -11,7 +11,8 @@ from yarl import URL
 from jetstream_operator.k8s.login import (
     ADAPTIVE_LEAST,
     AdaptiveLimit,
-    CreationBurst,
+    Burst,
+    DeletionRequests,
     RequestLimit,
 )
 from jetstream_operator.metrics import REGISTRY
@@ -161,7 +162,7 @@ class FakeClock:
 
 def test_a_burst_of_creations_holds_until_it_has_been_quiet() -> None:
     clock = FakeClock()
-    burst = CreationBurst(5.0, threshold=32, window=1.0, quiet=0.25, clock=clock)
+    burst = Burst(5.0, threshold=32, window=1.0, quiet=0.25, clock=clock)
     for _ in range(8):
         burst.seen(5)
         clock.now += 0.1
@@ -172,7 +173,7 @@ def test_a_burst_of_creations_holds_until_it_has_been_quiet() -> None:
 
 def test_a_few_creations_hold_nothing() -> None:
     clock = FakeClock()
-    burst = CreationBurst(5.0, threshold=32, clock=clock)
+    burst = Burst(5.0, threshold=32, clock=clock)
     burst.seen(31)
     assert not burst.holding()
     clock.now += 1.5  # the first 31 are out of the window by the time more come
@@ -184,7 +185,7 @@ def test_a_few_creations_hold_nothing() -> None:
 
 def test_a_burst_that_never_ends_holds_writes_once_for_at_most_its_hold() -> None:
     clock = FakeClock()
-    burst = CreationBurst(30.0, threshold=32, clock=clock)
+    burst = Burst(30.0, threshold=32, clock=clock)
     held = []
     for _ in range(600):  # 50 creations a second for a minute
         burst.seen(5)
@@ -200,7 +201,7 @@ def test_a_burst_that_never_ends_holds_writes_once_for_at_most_its_hold() -> Non
 
 
 async def test_a_write_waits_for_the_rest_of_the_burst_only() -> None:
-    burst = CreationBurst(0.3, threshold=1, quiet=0.05)
+    burst = Burst(0.3, threshold=1, quiet=0.05)
 
     async def creating() -> None:
         while True:
@@ -248,7 +249,7 @@ async def read_watch(limit: RequestLimit, url: str, chunks: list[bytes]) -> byte
 
 
 async def test_writes_wait_while_our_watches_bring_a_burst_of_creations() -> None:
-    burst = CreationBurst(2.0, threshold=32, quiet=0.1)
+    burst = Burst(2.0, threshold=32, quiet=0.1)
     limit = RequestLimit(8, burst=burst)
     chunks = [b"".join(added(f"s{i}-{j}") for j in range(10)) for i in range(5)]
     body = await read_watch(limit, f"{BASE}?watch=true", chunks)
@@ -267,7 +268,7 @@ async def test_writes_wait_while_our_watches_bring_a_burst_of_creations() -> Non
 
 
 async def test_creations_of_other_kinds_hold_nothing() -> None:
-    burst = CreationBurst(2.0, threshold=1)
+    burst = Burst(2.0, threshold=1)
     limit = RequestLimit(8, burst=burst)
     events = [added(f"n{i}") for i in range(50)]
     await read_watch(limit, "https://127.0.0.1:6443/api/v1/namespaces?watch=true", events)
@@ -277,8 +278,63 @@ async def test_creations_of_other_kinds_hold_nothing() -> None:
     assert not burst.holding()
 
 
+def event(kind: str, uid: str, deleting: bool = True) -> bytes:
+    stamp = ',"deletionTimestamp":"2026-11-27T15:00:00Z"' if deleting else ""
+    return b'{"type":"%s","object":{"metadata":{"name":"%s","uid":"%s"%s}}}\n' % (
+        kind.encode(),
+        uid.encode(),
+        uid.encode(),
+        stamp.encode(),
+    )
+
+
+def test_each_object_being_deleted_counts_once() -> None:
+    """Writes to an object already being deleted (the operator's own among them) are not more
+    deletion requests: only the first event with its deletionTimestamp counts."""
+    clock = FakeClock()
+    deletions = DeletionRequests(Burst(5.0, threshold=32, clock=clock), clock=clock)
+    deletions.seen([event("MODIFIED", f"u{i}").rstrip() for i in range(31)])
+    for _ in range(5):
+        deletions.seen([event("MODIFIED", f"u{i}").rstrip() for i in range(31)])
+    assert not deletions.burst.holding()
+    deletions.seen([event("MODIFIED", "u31").rstrip()])
+    assert deletions.burst.holding()
+
+
+def test_an_object_is_forgotten_once_gone_or_after_a_while() -> None:
+    clock = FakeClock()
+    deletions = DeletionRequests(Burst(5.0, threshold=2, clock=clock), remember=60.0, clock=clock)
+    deletions.seen([event("MODIFIED", "u0").rstrip(), event("DELETED", "u0").rstrip()])
+    deletions.seen([event("MODIFIED", "u1").rstrip()])
+    clock.now += 1.5  # out of the burst's window
+    deletions.seen([event("MODIFIED", "u0").rstrip(), event("MODIFIED", "u1").rstrip()])
+    assert not deletions.burst.holding()  # u0 is new again (it went); u1 was counted
+    clock.now += 61.0
+    deletions.seen([event("MODIFIED", "u1").rstrip(), event("MODIFIED", "u0").rstrip()])
+    assert deletions.burst.holding()  # both forgotten after `remember`
+
+
+async def test_writes_wait_while_our_watches_bring_a_burst_of_deletions() -> None:
+    """kubectl delete -f of many resources: each object's event with its deletionTimestamp
+    holds the operator's writes; changes to objects not being deleted hold nothing."""
+    deletions = DeletionRequests(Burst(2.0, threshold=32, quiet=0.1))
+    limit = RequestLimit(8, deletions=deletions)
+    changed = [event("MODIFIED", f"s{i}", deleting=False) for i in range(50)]
+    await read_watch(limit, f"{BASE}?watch=true", changed)
+    assert not deletions.burst.holding()
+    await read_watch(limit, f"{BASE}?watch=true", [event("MODIFIED", f"s{i}") for i in range(50)])
+    assert deletions.burst.holding()
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await limit(request(f"{BASE}/s0", "GET"), Server.answer)
+    assert loop.time() - started < 0.05  # reads go on
+    await limit(request(f"{BASE}/s0", "PATCH"), Server.answer)
+    assert 0.05 <= loop.time() - started < 1.0  # the finalizer's removal waited for the quiet
+
+
 async def test_no_limit_still_yields_to_a_burst() -> None:
-    burst = CreationBurst(2.0, threshold=1, quiet=0.1)
+    burst = Burst(2.0, threshold=1, quiet=0.1)
     limit, server = RequestLimit(0, burst=burst), Server()
     await read_watch(limit, f"{BASE}?watch=true", [added("s0")])
     calls = [asyncio.create_task(limit(request(f"{BASE}/s{i}"), server)) for i in range(50)]

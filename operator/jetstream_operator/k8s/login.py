@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import kopf
 from aiohttp.client_middlewares import ClientHandlerType, ClientMiddlewareType
+from prometheus_client import Counter as PromCounter
 
 from .. import GROUP
 from ..metrics import (
@@ -74,7 +75,7 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
 
 ADAPTIVE_LEAST = 8
 """The fewest requests the adaptive limit keeps in flight. Since writes wait out bursts of
-creations (CreationBurst), what is left after one is the operator's own backlog of status
+creations (Burst), what is left after one is the operator's own backlog of status
 writes and Events, and its own writes are what slows the API server then: with a floor of one
 the limit sank to a few requests and 5,000 new streams and consumers took 107 s instead of
 83-87 s, and the user's applies were no faster for it (benchmarks.md)."""
@@ -122,16 +123,19 @@ class AdaptiveLimit:
             self._answers_since_change = 0
 
 
-class CreationBurst:
-    """Whether people are creating resources of the operator's kinds in a burst right now.
+class Burst:
+    """Whether people are creating (or deleting) resources of the operator's kinds in a burst
+    right now.
 
     A `kubectl apply` or an Argo CD sync of hundreds of resources competes with the operator's
     own writes for the API server's CPU; each write the operator makes during the burst slows
-    the apply down, and the apply's last resource is what the person waits for. While the
-    operator's watches bring at least `threshold` creations (ADDED events) within `window`
-    seconds, and the last came within `quiet` seconds, its writes wait, for at most
-    `most_hold` seconds from the start of the burst: a burst that never ends delays the
-    operator once, then no more. Reads and the work in NATS go on meanwhile.
+    the apply down, and the apply's last resource is what the person waits for. A `kubectl
+    delete -f` of as many does the same, and each of its deletions brings the operator's
+    finalizer removal and Event. While the operator's watches bring at least `threshold` of
+    them within `window` seconds, and the last came within `quiet` seconds, its writes wait,
+    for at most `most_hold` seconds from the start of the burst: a burst that never ends
+    delays the operator once, then no more. Reads and the work in NATS go on meanwhile.
+    `seen_total` counts what was seen, for the metrics.
     """
 
     def __init__(
@@ -141,24 +145,26 @@ class CreationBurst:
         window: float = 1.0,
         quiet: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
+        seen_total: PromCounter = CREATIONS_SEEN,
     ) -> None:
         self.most_hold, self.threshold = most_hold, threshold
         self.window, self.quiet = window, quiet
         self.clock = clock
+        self.seen_total = seen_total
         self._arrivals: deque[tuple[float, int]] = deque()
         self._in_window = 0
         self._last = -math.inf
         self._began: float | None = None
 
-    def seen(self, creations: int) -> None:
-        if creations <= 0:
+    def seen(self, count: int) -> None:
+        if count <= 0:
             return
-        CREATIONS_SEEN.inc(creations)
+        self.seen_total.inc(count)
         now = self.clock()
         if now - self._last >= self.quiet:
             self._began = None  # a new burst, whether or not anyone asked in between
-        self._arrivals.append((now, creations))
-        self._in_window += creations
+        self._arrivals.append((now, count))
+        self._in_window += count
         self._last = now
         self._forget_before(now - self.window)
 
@@ -199,22 +205,27 @@ class CreationBurst:
 
 ADDED = b'{"type":"ADDED"'
 """How kube-apiserver starts a watch event for a new object (JSON, no spaces)."""
+MODIFIED = b'{"type":"MODIFIED"'
+DELETED = b'{"type":"DELETED"'
+DELETING = b'"deletionTimestamp"'
+"""In an object's event once someone asked for its deletion (a finalizer keeps it a while)."""
 
 
-Creations = Callable[[str, list[bytes]], None]
-"""Told the resource (plural) of a watch and the new objects' events (JSON lines) it brought."""
+Seen = Callable[[str, list[bytes], list[bytes]], None]
+"""Told the resource (plural) of a watch and the events (JSON lines) it brought: the new
+objects', and those of objects being deleted or gone."""
 
 
 class _WatchTap:
-    """A watch response's body that reports the creations passing through it, as they arrive,
-    before kopf queues them for a worker (which, under a worker limit, can be seconds later).
-    kopf reads a watch with `iter_chunked` only; everything else is the original stream's.
-    kube-apiserver sends one event per line."""
+    """A watch response's body that reports the creations and deletions passing through it, as
+    they arrive, before kopf queues them for a worker (which, under a worker limit, can be
+    seconds later). kopf reads a watch with `iter_chunked` only; everything else is the
+    original stream's. kube-apiserver sends one event per line."""
 
-    def __init__(self, content: aiohttp.StreamReader, plural: str, creations: Creations) -> None:
+    def __init__(self, content: aiohttp.StreamReader, plural: str, seen: Seen) -> None:
         self._content = content
         self._plural = plural
-        self._creations = creations
+        self._seen = seen
         self._partial = b""
 
     def __getattr__(self, name: str) -> Any:
@@ -228,9 +239,59 @@ class _WatchTap:
             lines = (self._partial + data).split(b"\n")
             self._partial = lines.pop()
             added = [line for line in lines if line.startswith(ADDED)]
-            if added:
-                self._creations(self._plural, added)
+            deleting = [
+                line
+                for line in lines
+                if (line.startswith(MODIFIED) or line.startswith(DELETED)) and DELETING in line
+            ]
+            if added or deleting:
+                self._seen(self._plural, added, deleting)
             yield data
+
+
+class DeletionRequests:
+    """Which watch events are people's deletion requests, for a Burst of them.
+
+    The first event of an object with a deletionTimestamp is the DELETE that set it. Later ones
+    are writes to an object already being deleted, the operator's own among them (a status
+    while its deletion waits, a finalizer's removal beside another's): counting those would
+    make the operator yield to itself. Objects are known by uid until their DELETED event, or
+    for `remember` seconds.
+    """
+
+    def __init__(
+        self, burst: Burst, remember: float = 600.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.burst = burst
+        self.remember = remember
+        self.clock = clock
+        self._deleting: dict[str, float] = {}  # uid: when first seen deleting, in time order
+
+    def seen(self, events: list[bytes]) -> None:
+        now, requested = self.clock(), 0
+        while self._deleting:
+            oldest, when = next(iter(self._deleting.items()))
+            if now - when <= self.remember:
+                break
+            del self._deleting[oldest]
+        for event in events:
+            uid = _uid(event)
+            if uid is None:
+                continue
+            if event.startswith(DELETED):
+                self._deleting.pop(uid, None)
+            elif uid not in self._deleting:
+                self._deleting[uid] = now
+                requested += 1
+        self.burst.seen(requested)
+
+
+def _uid(event: bytes) -> str | None:
+    try:
+        uid = json.loads(event)["object"]["metadata"]["uid"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return uid if isinstance(uid, str) else None
 
 
 def is_watch(request: aiohttp.ClientRequest) -> bool:
@@ -238,8 +299,8 @@ def is_watch(request: aiohttp.ClientRequest) -> bool:
 
 
 def yields(request: aiohttp.ClientRequest) -> bool:
-    """Whether a request waits out a burst of creations: writes of our resources and their
-    Events. kopf's peering keepalives must not (a standby would take over while the active
+    """Whether a request waits out a burst of creations or deletions: writes of our resources
+    and their Events. kopf's peering keepalives must not (a standby would take over while the active
     replica waits), nor a Secret's finalizer, nor any read."""
     if request.method in ("GET", "HEAD"):
         return False
@@ -251,8 +312,9 @@ class RequestLimit:
     """At most `limit` Kubernetes API requests in flight at once, watches aside (a watch holds
     its request open for minutes and must never wait behind the others); 0 for no limit. With
     `adaptive`, fewer while the API server answers slowly (AdaptiveLimit); with `burst`, writes
-    wait while people create resources of our kinds in a burst (CreationBurst); `added` is told
-    of each new resource of our group as its watch brings it. An aiohttp middleware, shared by
+    wait while people create resources of our kinds in a burst, with `deletions` while they
+    delete them in one (Burst); `added` is told of each new resource of our group as its watch
+    brings it. An aiohttp middleware, shared by
     kopf's session and the operator's own.
 
     kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
@@ -262,8 +324,9 @@ class RequestLimit:
         self,
         limit: int,
         adaptive: bool = False,
-        burst: CreationBurst | None = None,
+        burst: Burst | None = None,
         added: Callable[[str, Mapping[str, Any]], None] | None = None,
+        deletions: DeletionRequests | None = None,
     ) -> None:
         self._capacity = (
             AdaptiveLimit(limit, least=min(ADAPTIVE_LEAST, limit)) if adaptive and limit else None
@@ -271,6 +334,9 @@ class RequestLimit:
         self._most = limit
         self._burst = burst
         self._added = added
+        self._deletions = deletions
+        held_by = (burst, deletions.burst if deletions is not None else None)
+        self._bursts = [each for each in held_by if each is not None]
         self._in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         KUBE_REQUEST_LIMIT.set(limit)
@@ -285,13 +351,14 @@ class RequestLimit:
         if is_watch(request):
             response = await handler(request)
             plural = group_collection(request)
-            if plural is not None and (self._burst is not None or self._added is not None):
+            if plural is not None and (self._bursts or self._added is not None):
                 response.content = _WatchTap(  # type: ignore[assignment]
-                    response.content, plural, self._creations
+                    response.content, plural, self._seen
                 )
             return response
-        if self._burst is not None and yields(request):
-            await self._burst.wait()
+        if self._bursts and yields(request):
+            for burst in self._bursts:
+                await burst.wait()
         if not self._most:
             return await handler(request)
         await self._enter()
@@ -310,11 +377,13 @@ class RequestLimit:
             self._in_flight -= 1
             self._admit()
 
-    def _creations(self, plural: str, events: list[bytes]) -> None:
+    def _seen(self, plural: str, added: list[bytes], deleting: list[bytes]) -> None:
+        if self._deletions is not None and deleting:
+            self._deletions.seen(deleting)
         if self._burst is not None:
-            self._burst.seen(len(events))
+            self._burst.seen(len(added))
         if self._added is not None:
-            for event in events:
+            for event in added:
                 try:
                     body = json.loads(event).get("object")
                 except ValueError:
