@@ -75,10 +75,10 @@ def credentials(settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
 
 ADAPTIVE_LEAST = 8
 """The fewest requests the adaptive limit keeps in flight. Since writes wait out bursts of
-creations (Burst), what is left after one is the operator's own backlog of status
-writes and Events, and its own writes are what slows the API server then: with a floor of one
-the limit sank to a few requests and 5,000 new streams and consumers took 107 s instead of
-83-87 s, and the user's applies were no faster for it (benchmarks.md)."""
+creations (Burst), what is left after one is the operator's own backlog of status writes and
+Events, and its own writes are what slows the API server then: with a floor of one the limit
+sank to a few requests and 5,000 new streams and consumers took 107 s instead of 83-87 s, and
+the user's applies were no faster for it (benchmarks.md)."""
 
 
 class AdaptiveLimit:
@@ -300,8 +300,8 @@ def is_watch(request: aiohttp.ClientRequest) -> bool:
 
 def yields(request: aiohttp.ClientRequest) -> bool:
     """Whether a request waits out a burst of creations or deletions: writes of our resources
-    and their Events. kopf's peering keepalives must not (a standby would take over while the active
-    replica waits), nor a Secret's finalizer, nor any read."""
+    and their Events. kopf's peering keepalives must not (a standby would take over while the
+    active replica waits), nor a Secret's finalizer, nor any read."""
     if request.method in ("GET", "HEAD"):
         return False
     path = request.url.path
@@ -314,8 +314,7 @@ class RequestLimit:
     `adaptive`, fewer while the API server answers slowly (AdaptiveLimit); with `burst`, writes
     wait while people create resources of our kinds in a burst, with `deletions` while they
     delete them in one (Burst); `added` is told of each new resource of our group as its watch
-    brings it. An aiohttp middleware, shared by
-    kopf's session and the operator's own.
+    brings it. An aiohttp middleware, shared by kopf's session and the operator's own.
 
     kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
     patches, and the API server serves them before the user's own applies."""
