@@ -128,9 +128,9 @@ async def test_writes_yield_to_a_burst_of_creations(
 async def test_writes_yield_to_a_burst_of_deletions(
     metrics_url: str, resources: Resources, namespace: str, nc: Client
 ) -> None:
-    """`kubectl delete -f` of many resources, seen through kopf's real watch: the finalizer
-    removals wait until the deletion requests stop, and then every deletion completes, in
-    Kubernetes and in NATS."""
+    """`kubectl delete -f` of many resources, seen through kopf's real watch: once they come
+    faster than 32 a second, the finalizer removals wait until the deletion requests stop, and
+    then every deletion completes, in Kubernetes and in NATS."""
     prefix = namespace.replace("-", "_").upper()
     names = [f"gone-{i}" for i in range(64)]
     with ThreadPoolExecutor(8) as pool:
@@ -159,7 +159,8 @@ async def test_writes_yield_to_a_burst_of_deletions(
         return value(after, metric) - value(before, metric)
 
     assert grew("jetstream_operator_deletions_seen_total") >= len(names)
-    assert grew("jetstream_operator_kube_writes_yielded_total") >= 1
+    # The deletions after the 32nd within a second wait with their finalizer's removal.
+    assert grew("jetstream_operator_kube_writes_yielded_total") >= len(names) // 4
     jetstream = JetStreamApi(nc)
 
     async def gone_from_nats() -> bool:
