@@ -89,7 +89,7 @@ class OperatorSettings(BaseSettings):
     resources 1.35-1.6x instead of 2.3-3.4x with a fixed limit of 8 (benchmarks.md)."""
     yield_to_creations: float = Field(default=30.0, ge=0)
     """While people create resources of the operator's kinds in a burst (at least 32 in a
-    second; k8s/login.py, CreationBurst), the operator's Kubernetes writes wait until it ends,
+    second; k8s/login.py, Burst), the operator's Kubernetes writes wait until it ends,
     for at most this many seconds from its start, so their own applies go first; 0 never
     waits. The work in NATS goes on meanwhile."""
     yield_to_deletions: float = Field(default=30.0, ge=0)
