@@ -97,6 +97,24 @@ def foreground(counts: Counter[str]) -> int:
     return sum(n for key, n in counts.items() if key.split(" ", 1)[1] not in BACKGROUND)
 
 
+def writes_over(
+    writes: Callable[[], Counter[str]], seconds: float, interval: float = 0.5
+) -> tuple[Counter[str], float | None]:
+    """The served writes after `seconds`, and when (time.monotonic) the last of those that
+    are not the control plane's own was seen, sampled every `interval`: Events, too, are
+    writes that follow Ready, and no watch of ours sees them."""
+    end = time.monotonic() + seconds
+    before = foreground(writes())
+    last: float | None = None
+    while True:
+        time.sleep(max(0.0, min(interval, end - time.monotonic())))
+        counts = writes()
+        if foreground(counts) != before:
+            before, last = foreground(counts), time.monotonic()
+        if time.monotonic() >= end:
+            return counts, last
+
+
 def breakdown(counts: Counter[str], per_minute: float | None = None) -> str:
     """`PATCH streams/status 12, POST events 3` (per minute when given), largest first."""
     items = [(key, n) for key, n in counts.most_common() if n > 0]
@@ -787,9 +805,9 @@ def convergence(
         for each in watches:
             each.count_from()
         writes_after_ready = bench.writes()
-        time.sleep(settle)
-        writes_end = bench.writes()
+        writes_end, last_write = writes_over(bench.writes, settle)
     last_change = max((each.last_change for each in watches), default=0.0)
+    last_change = max(last_change, last_write or 0.0)
     late = writes_end - writes_after_ready
     return {
         "size": size,
