@@ -36,11 +36,18 @@ from .handlers.registry import (
 from .handlers.results import Result, deletion_blocked, paused, released, unavailable
 from .handlers.status_writes import StatusBudget, status_changes, status_patch
 from .k8s.client import KubeApi
-from .k8s.login import Burst, DeletionRequests, RequestLimit, credentials, limited_session
+from .k8s.login import (
+    Burst,
+    DeletionRequests,
+    RequestLimit,
+    WritesLull,
+    credentials,
+    limited_session,
+)
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.selection import LabelSelection
-from .k8s.status import ResourceWriter
+from .k8s.status import EventPoster, ResourceWriter
 from .k8s.watch import NamespaceWatches
 from .memory import HeapTrimmer
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
@@ -79,8 +86,9 @@ class SharedMemo(kopf.Memo):
 
 def request_limit(memo: kopf.Memo) -> RequestLimit:
     """One limit for all the operator's Kubernetes requests, kopf's and its own, so both step
-    back while the API server is slow or people create or delete resources in a burst; made by
-    whichever of login and startup runs first. It also taps our watches for new resources."""
+    back while the API server is slow or people create or delete resources in a burst, and
+    Events give way to status; made by whichever of login and startup runs first. It also taps
+    our watches for new resources."""
     if "kube_request_limit" not in memo:
         ours = OperatorSettings()
         burst = Burst(ours.yield_to_creations) if ours.yield_to_creations else None
@@ -95,6 +103,7 @@ def request_limit(memo: kopf.Memo) -> RequestLimit:
             burst,
             added=lambda plural, body: _announce(memo, plural, body),
             deletions=deletions,
+            lull=WritesLull(ours.events_yield_to_writes) if ours.events_yield_to_writes else None,
         )
     limit: RequestLimit = memo.kube_request_limit
     return limit
@@ -181,6 +190,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             operator_settings.priority,
         )
     memo.writer = ResourceWriter(kubernetes)
+    memo.events = EventPoster(memo.writer, request_limit(memo).lull)
     memo.secrets = SecretReader(kubernetes)
     memo.explained = {}
     memo.unresolved = set()
@@ -258,6 +268,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
+    await memo.events.close()
     memo.trimmer.cancel()
     if memo.follower is not None:
         memo.follower.cancel()
@@ -288,6 +299,7 @@ def _report(
     patch: kopf.Patch,
     status: kopf.Status,
     generation: int | None,
+    events: EventPoster,
     deleting: bool = False,
     normal_events: bool = True,
 ) -> None:
@@ -306,7 +318,7 @@ def _report(
     for event in result.events:
         if event.type == "Normal" and not normal_events:
             continue
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        events.post(body, event.type, event.reason, event.message)
     if deleting and result.retry:
         raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
 
@@ -423,6 +435,7 @@ async def _handle(
         status=status,
         generation=meta.get("generation"),
         deleting=deleting,
+        events=memo.events,
         normal_events=settings.events == "all",
     )
 
@@ -904,6 +917,7 @@ async def reconcile_connection(
         patch=patch,
         status=status,
         generation=meta.get("generation"),
+        events=memo.events,
         normal_events=memo.settings.events == "all",
     )
 
@@ -984,6 +998,7 @@ async def finalize_connection(
         status=status,
         generation=meta.get("generation"),
         deleting=True,
+        events=memo.events,
         normal_events=memo.settings.events == "all",
     )
 

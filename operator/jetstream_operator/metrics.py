@@ -87,6 +87,18 @@ YIELDED_SECONDS = Counter(
     registry=REGISTRY,
 )
 
+EVENTS_DEFERRED = Counter(
+    "jetstream_operator_events_deferred",
+    "Kubernetes Events of the operator that waited for a pause in its own writes of its "
+    "resources, so the resources' status went first.",
+    registry=REGISTRY,
+)
+EVENTS_DEFERRED_SECONDS = Counter(
+    "jetstream_operator_events_deferred_seconds",
+    "Seconds those Events waited, in all.",
+    registry=REGISTRY,
+)
+
 ReadyCounts = Callable[[], Iterable[tuple[str, str, int]]]
 ConnectionStates = Callable[[], Iterable[tuple[str, bool]]]
 

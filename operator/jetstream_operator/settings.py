@@ -96,6 +96,12 @@ class OperatorSettings(BaseSettings):
     """The same for a burst of deletions (at least 32 requests in a second, as `kubectl delete
     -f` of many resources makes): the finalizer removals and Events wait until it ends, at most
     this many seconds from its start; 0 never waits. Deletions in NATS go on meanwhile."""
+    events_yield_to_writes: float = Field(default=20.0, ge=0)
+    """While the operator writes the status of many resources at once, as thousands
+    converging make it, its Events wait until those writes pause (none for 0.1 s;
+    k8s/login.py, WritesLull), for at most this many seconds from when they happened, so the
+    resources turn Ready first; 0 posts them without waiting. A single change leaves its Event
+    no wait. Either way Events go 8 at a time (k8s/status.py, EventPoster)."""
     peering_lifetime: int = Field(default=60, ge=2)
     """Seconds a silent peer counts as alive; a standby takes over this long after a crash."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
@@ -92,11 +94,12 @@ async def test_metrics_follow_reconciles_and_repairs(
     assert log_line.startswith("{"), "JSON log format was asked for"
 
 
-async def test_writes_yield_to_a_burst_of_creations(
-    metrics_url: str, resources: Resources, namespace: str
+async def test_writes_yield_to_a_burst_of_creations_and_events_to_status(
+    metrics_url: str, resources: Resources, namespace: str, api_client: client.ApiClient
 ) -> None:
     """kopf's real watch, read through the request limit, shows the creations to the operator,
-    which holds its writes back until they stop; nothing is lost meanwhile."""
+    which holds its writes back until they stop; then the statuses go before their Events.
+    Nothing is lost meanwhile: every stream gets its one Created Event."""
     before = scrape(metrics_url)
     prefix = namespace.replace("-", "_").upper()
     names = [f"burst-{i}" for i in range(96)]
@@ -123,6 +126,20 @@ async def test_writes_yield_to_a_burst_of_creations(
     )
     assert seen >= len(names)
     assert yielded >= 1
+
+    def created_events() -> Counter[str]:
+        items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+        return Counter(str(each.involved_object.name) for each in items if each.reason == "Created")
+
+    async def every_event_posted() -> bool:
+        return set(created_events()) == set(names)
+
+    await eventually(every_event_posted, timeout=40)
+    assert max(created_events().values()) == 1
+    deferred = value(scrape(metrics_url), "jetstream_operator_events_deferred_total") - value(
+        before, "jetstream_operator_events_deferred_total"
+    )
+    assert deferred >= 1  # 96 statuses at once leave their first Events no pause to go in
 
 
 async def test_writes_yield_to_a_burst_of_deletions(

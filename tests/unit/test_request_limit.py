@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,7 +15,9 @@ from jetstream_operator.k8s.login import (
     Burst,
     DeletionRequests,
     RequestLimit,
+    WritesLull,
 )
+from jetstream_operator.k8s.status import EventPoster
 from jetstream_operator.metrics import REGISTRY
 
 BASE = "https://127.0.0.1:6443/apis/jetstream-operator.io/v1alpha1/streams"
@@ -366,3 +369,176 @@ async def test_each_new_resource_is_told_as_its_watch_brings_it() -> None:
         ("streams", {"metadata": {"name": "s0", "uid": "u0"}}),
         ("consumers", {"metadata": {"name": "c0", "uid": "u2"}}),
     ]
+
+
+EVENTS = "https://127.0.0.1:6443/api/v1/namespaces/ns/events"
+STREAM = {"apiVersion": "v", "kind": "Stream", "metadata": {"name": "s", "namespace": "ns"}}
+
+
+class Arrivals:
+    """A handler that records which requests reached the server, and when."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, float]] = []
+
+    async def __call__(self, request: Any) -> Any:
+        self.seen.append((request.url.path.rsplit("/", 1)[-1], asyncio.get_running_loop().time()))
+        return request.url
+
+
+class Writer:
+    """ResourceWriter's post_event, recording each Event's reason and time, and when it went."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, datetime | None, float]] = []
+
+    async def post_event(
+        self, reference: Any, event_type: str, reason: str, message: str, at: Any = None
+    ) -> None:
+        self.posted.append((reason, at, asyncio.get_running_loop().time()))
+
+
+def poster(lull: WritesLull | None) -> tuple[EventPoster, Writer]:
+    writer = Writer()
+    return EventPoster(writer, lull), writer  # type: ignore[arg-type]
+
+
+async def status_held(
+    most_wait: float,
+) -> tuple[EventPoster, Writer, Server, asyncio.Task[Any]]:
+    """An EventPoster whose lull waits up to `most_wait`, and a status write the server holds."""
+    lull = WritesLull(most_wait, quiet=0.05)
+    limit, server = RequestLimit(0, lull=lull), Server()
+    events, writer = poster(lull)
+    write = asyncio.create_task(limit(request(f"{BASE}/s0/status"), server))
+    await asyncio.sleep(0.01)
+    return events, writer, server, write
+
+
+async def test_an_event_waits_for_a_pause_in_our_writes() -> None:
+    events, writer, server, write = await status_held(5.0)
+    events.post(STREAM, "Normal", "Created", "made")
+    await asyncio.sleep(0.1)
+    assert writer.posted == []  # the status is still being written
+    loop = asyncio.get_running_loop()
+    server.release.set()
+    await write
+    written = loop.time()
+    await asyncio.sleep(0.2)
+    [(reason, _, posted)] = writer.posted
+    assert reason == "Created"
+    assert 0.04 <= posted - written < 0.2  # after the quiet, long before the bound
+
+
+async def test_an_event_goes_at_once_when_nothing_is_written() -> None:
+    """Reads, watches and writes outside our resources (a Secret's finalizer) are no writes
+    to wait for."""
+    lull = WritesLull(5.0, quiet=0.05)
+    limit, server = RequestLimit(0, lull=lull), Server()
+    events, writer = poster(lull)
+    others = [
+        asyncio.create_task(limit(request(f"{BASE}/s0", "GET"), server)),
+        asyncio.create_task(limit(request(f"{BASE}?watch=true", "GET"), server)),
+        asyncio.create_task(
+            limit(request("https://127.0.0.1:6443/api/v1/namespaces/ns/secrets/a"), server)
+        ),
+    ]
+    await asyncio.sleep(0.02)
+    events.post(STREAM, "Normal", "Created", "made")
+    await asyncio.sleep(0.02)
+    assert len(writer.posted) == 1
+    server.release.set()
+    await asyncio.gather(*others)
+
+
+async def test_writes_that_never_pause_hold_an_event_for_its_bound_only() -> None:
+    """...which counts from when it happened, the time it carries."""
+    lull = WritesLull(0.3, quiet=0.05)
+    limit = RequestLimit(0, lull=lull)
+    events, writer = poster(lull)
+    writing = True
+
+    async def answer_soon(request: Any) -> Any:
+        await asyncio.sleep(0.01)
+        return request.url
+
+    async def write_on() -> None:
+        while writing:  # one write always in flight, each a new one
+            await limit(request(f"{BASE}/s0/status"), answer_soon)
+
+    writer_task = asyncio.create_task(write_on())
+    await asyncio.sleep(0.02)
+    loop = asyncio.get_running_loop()
+    started, happened = loop.time(), datetime.now(UTC)
+    events.post(STREAM, "Normal", "Created", "made")
+    try:
+        while not writer.posted and loop.time() - started < 2.0:
+            await asyncio.sleep(0.01)
+    finally:
+        writing = False
+        await writer_task
+    [(_, at, posted)] = writer.posted
+    assert 0.25 <= posted - started < 1.0
+    assert at is not None and abs((at - happened).total_seconds()) < 0.05
+
+
+async def test_writes_held_by_a_burst_hold_events_too() -> None:
+    """The writes a burst of creations holds are writes to come: an Event must not take their
+    turn the moment the burst ends."""
+    burst, lull = Burst(2.0, threshold=1, quiet=0.1), WritesLull(5.0, quiet=0.05)
+    limit, arrivals = RequestLimit(0, burst=burst, lull=lull), Arrivals()
+    events, writer = poster(lull)
+    await read_watch(limit, f"{BASE}?watch=true", [added("s0")])
+    write = asyncio.create_task(limit(request(f"{BASE}/s0/status"), arrivals))
+    await asyncio.sleep(0.01)
+    events.post(STREAM, "Normal", "Created", "made")
+    await write
+    await asyncio.sleep(0.2)
+    [(_, written)] = arrivals.seen
+    [(_, _, posted)] = writer.posted
+    assert posted - written >= 0.04
+
+
+async def test_shutting_down_posts_what_is_queued_at_once() -> None:
+    events, writer, server, write = await status_held(30.0)
+    for reason in ("Created", "Updated"):
+        events.post(STREAM, "Normal", reason, "")
+    await asyncio.sleep(0.05)
+    await events.close()
+    assert [reason for reason, _, _ in writer.posted] == ["Created", "Updated"]
+    server.release.set()
+    await write
+
+
+async def test_a_place_under_the_limit_goes_to_other_requests_before_events() -> None:
+    limit, server = RequestLimit(1, lull=WritesLull(5.0)), Server()
+    arrivals = Arrivals()
+    read = asyncio.create_task(limit(request(f"{BASE}/s0", "GET"), server))  # the one place
+    await asyncio.sleep(0.01)
+    event = asyncio.create_task(limit(request(EVENTS, "POST"), arrivals))
+    await asyncio.sleep(0.01)
+    write = asyncio.create_task(limit(request(f"{BASE}/s1/status"), arrivals))
+    await asyncio.sleep(0.01)
+    server.release.set()
+    await asyncio.gather(read, event, write)
+    assert [name for name, _ in arrivals.seen] == ["status", "events"]
+
+
+async def test_an_event_that_cannot_be_posted_is_dropped_and_the_rest_go_on() -> None:
+    class Failing(Writer):
+        async def post_event(
+            self, reference: Any, event_type: str, reason: str, message: str, at: Any = None
+        ) -> None:
+            if reason == "Broken":
+                raise ConnectionResetError("the API server went away")
+            await super().post_event(reference, event_type, reason, message, at)
+
+    writer = Failing()
+    events = EventPoster(writer, None)  # type: ignore[arg-type]
+    for reason in ("Created", "Broken", "Updated"):
+        events.post(STREAM, "Normal", reason, "")
+    await asyncio.sleep(0.05)
+    assert [reason for reason, _, _ in writer.posted] == ["Created", "Updated"]
+    events.post(STREAM, "Normal", "Deleted", "")  # the poster still runs
+    await asyncio.sleep(0.05)
+    assert writer.posted[-1][0] == "Deleted"
