@@ -69,6 +69,7 @@ from operator_bench import (  # noqa: E402
     floor_status_patches,
     flow_control_delta,
     foreground,
+    jetstream_line,
     machine,
     rss_mib,
     save_result,
@@ -346,6 +347,8 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
     row: dict[str, Any] = {"mode": bench.mode, "size": size}
     with watching(watches):
         writes_before = bench.writes()
+        # Counted as for ours, so that the advisories cost both runs the same.
+        audit = ApiAudit([bench.nats.url])
         cpu_before, waits_before = bench.cpu_seconds(), bench.flow_control()
         started = time.monotonic()
         row["created"] = bench.apply_all(namespace, size, prefix)
@@ -355,6 +358,9 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
         except TimeoutError as error:
             row["converged"], row["wall"] = False, float("nan")
             row["not_converged"] = str(error)
+        finally:
+            row["jetstream_converging"] = dict(audit.snapshot())
+            audit.close()
         row["cpu_converging"] = dict(bench.cpu_seconds() - cpu_before)
         row["flow_control_converging"] = flow_control_delta(waits_before, bench.flow_control())
         bench.controller.check()
@@ -493,6 +499,11 @@ def table(nack: Nack, rows: list[dict[str, Any]], args: argparse.Namespace) -> s
         f"- NACK {row['mode']} N={row['size']}, {cpu_line(row)}"
         for row in rows
         if "cpu_converging" in row
+    ]
+    lines += [
+        f"- NACK {row['mode']} N={row['size']}, {jetstream_line(row)}"
+        for row in rows
+        if "jetstream_converging" in row
     ]
     lines += [
         f"- {row['mode']} N={row['size']}: first klog error: `{row['first_error']}`"

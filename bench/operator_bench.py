@@ -1534,9 +1534,7 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
         for row in rows
     ]
     lines += [
-        f"- N={row['size']} ({row.get('label', 'operator')}), JetStream API requests while "
-        f"converging (audit advisories): {breakdown(Counter(row['jetstream_converging']))} "
-        f"({sum(row['jetstream_converging'].values()) / (2 * row['size']):.2f} per resource)"
+        f"- N={row['size']} ({row.get('label', 'operator')}), {jetstream_line(row)}"
         for row in rows
         if "jetstream_converging" in row
     ]
@@ -1575,6 +1573,16 @@ def first_changes(figures: dict[str, Any]) -> list[str]:
         "- first change of each field: "
         + "; ".join(f"{key} ({change})" for key, change in sorted(examples.items()))
     ]
+
+
+def jetstream_line(row: dict[str, Any]) -> str:
+    """The JetStream API requests a convergence made, as the servers' audit advisories
+    counted them."""
+    requests = Counter(row["jetstream_converging"])
+    return (
+        f"JetStream API requests while converging (audit advisories): {breakdown(requests)} "
+        f"({sum(requests.values()) / (2 * row['size']):.2f} per resource)"
+    )
 
 
 def cpu_line(row: dict[str, Any]) -> str:
