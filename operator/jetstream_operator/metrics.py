@@ -90,12 +90,12 @@ YIELDED_SECONDS = Counter(
 EVENTS_DEFERRED = Counter(
     "jetstream_operator_events_deferred",
     "Kubernetes Events of the operator that waited for a pause in its own writes of its "
-    "resources, so the resources' status went first.",
+    "resources, so the resources' status went first (each Event once).",
     registry=REGISTRY,
 )
 EVENTS_DEFERRED_SECONDS = Counter(
     "jetstream_operator_events_deferred_seconds",
-    "Seconds those Events waited, in all.",
+    "Seconds from each of those Events to its posting, in all.",
     registry=REGISTRY,
 )
 

@@ -542,3 +542,28 @@ async def test_an_event_that_cannot_be_posted_is_dropped_and_the_rest_go_on() ->
     events.post(STREAM, "Normal", "Deleted", "")  # the poster still runs
     await asyncio.sleep(0.05)
     assert writer.posted[-1][0] == "Deleted"
+
+
+async def test_each_event_that_waited_counts_once_with_its_wait() -> None:
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    counted, seconds = (
+        "jetstream_operator_events_deferred_total",
+        "jetstream_operator_events_deferred_seconds_total",
+    )
+    before = sample(counted), sample(seconds)
+    events, writer, server, write = await status_held(5.0)
+    for reason in ("Created", "Updated", "Deleted"):
+        events.post(STREAM, "Normal", reason, "")
+    await asyncio.sleep(0.1)
+    server.release.set()
+    await write
+    await asyncio.sleep(0.2)
+    assert len(writer.posted) == 3
+    assert sample(counted) - before[0] == 3
+    assert sample(seconds) - before[1] >= 3 * 0.1
+    events.post(STREAM, "Normal", "Synced", "")  # nothing written now: not held, not counted
+    await asyncio.sleep(0.05)
+    assert len(writer.posted) == 4
+    assert sample(counted) - before[0] == 3

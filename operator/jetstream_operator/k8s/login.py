@@ -14,6 +14,7 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,6 @@ from prometheus_client import Counter as PromCounter
 from .. import GROUP
 from ..metrics import (
     CREATIONS_SEEN,
-    EVENTS_DEFERRED,
-    EVENTS_DEFERRED_SECONDS,
     KUBE_REQUEST_LIMIT,
     KUBE_REQUESTS_WAITING,
     WRITES_YIELDED,
@@ -210,7 +209,8 @@ class WritesLull:
     (EventPoster, k8s/status.py); RequestLimit tells it of every such write.
 
     An Event is an API write like the status it tells of: 2,000 new resources posting theirs
-    as they came were Ready 15% later than without them (benchmarks.md, 2026-11-27 18:07).
+    as they came were Ready about 15% later than without them (benchmarks.md, 2026-11-27
+    18:07).
     Status is what people and tools wait on. So an Event waits until none of those writes has
     been in flight (waiting for a place included) for `quiet` seconds, for at most `most_wait`
     seconds from when it happened: under writes that never pause, Events come that much late,
@@ -241,20 +241,13 @@ class WritesLull:
         if self._in_flight == 0:
             self._paused.set()
 
-    async def wait(self, most: float) -> float:
-        """Until the writes pause, or for `most` seconds; the seconds waited."""
+    async def wait(self, most: float) -> bool:
+        """Until the writes pause, or for `most` seconds; whether it waited at all."""
         if self._paused.is_set() or most <= 0:
-            return 0.0
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        EVENTS_DEFERRED.inc()
-        try:
+            return False
+        with suppress(TimeoutError):  # then late rather than never
             await asyncio.wait_for(self._paused.wait(), most)
-        except TimeoutError:
-            pass  # posted now: late rather than never
-        finally:
-            EVENTS_DEFERRED_SECONDS.inc(loop.time() - started)
-        return loop.time() - started
+        return True
 
 
 ADDED = b'{"type":"ADDED"'
@@ -373,9 +366,8 @@ class RequestLimit:
     wait while people create resources of our kinds in a burst, with `deletions` while they
     delete them in one (Burst); with `lull`, our writes of our resources are told to it, for
     Events to wait for a pause in them (WritesLull), and Events get a place under the limit
-    after any other request;
-    `added` is told of each new resource of our group as its watch brings it. An aiohttp
-    middleware, shared by kopf's session and the operator's own.
+    after any other request; `added` is told of each new resource of our group as its watch
+    brings it. An aiohttp middleware, shared by kopf's session and the operator's own.
 
     kopf's own session has no limit: a burst of new resources becomes hundreds of concurrent
     patches, and the API server serves them before the user's own applies."""

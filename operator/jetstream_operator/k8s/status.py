@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Any
 
 from .. import GROUP, VERSION
+from ..metrics import EVENTS_DEFERRED, EVENTS_DEFERRED_SECONDS
 from .client import MERGE_PATCH, ApiError, KubeApi
 from .login import WritesLull
 
@@ -119,6 +120,7 @@ class _Queued:
     message: str
     at: datetime
     queued: float
+    number: int
 
 
 class EventPoster:
@@ -134,6 +136,8 @@ class EventPoster:
         self._lull = lull
         self._at_once = at_once
         self._queue: deque[_Queued] = deque()
+        self._numbered = 0
+        self._deferred_through = 0  # the Events up to this number waited for a lull
         self._queued = asyncio.Event()
         self._drain: asyncio.Task[None] | None = None
 
@@ -144,8 +148,17 @@ class EventPoster:
             "kind": body.get("kind"),
             "metadata": {key: metadata.get(key) for key in ("name", "namespace", "uid")},
         }
+        self._numbered += 1
         self._queue.append(
-            _Queued(reference, event_type, reason, message, datetime.now(UTC), time.monotonic())
+            _Queued(
+                reference,
+                event_type,
+                reason,
+                message,
+                datetime.now(UTC),
+                time.monotonic(),
+                self._numbered,
+            )
         )
         self._queued.set()
         if self._drain is None or self._drain.done():
@@ -158,8 +171,15 @@ class EventPoster:
             while self._queue:
                 if self._lull is not None:
                     since = time.monotonic() - self._queue[0].queued
-                    await self._lull.wait(self._lull.most_wait - since)
+                    if await self._lull.wait(self._lull.most_wait - since):
+                        self._count_deferred()
                 await self._send_batch()
+
+    def _count_deferred(self) -> None:
+        """Every Event queued now waited for that lull; each is counted once."""
+        first, last = self._queue[0].number, self._queue[-1].number
+        EVENTS_DEFERRED.inc(last - max(self._deferred_through, first - 1))
+        self._deferred_through = last
 
     async def _send_batch(self) -> None:
         """The oldest few, taken off the queue once tried: a shutdown that cancels them midway
@@ -175,8 +195,11 @@ class EventPoster:
             ),
             return_exceptions=True,
         )
+        now = time.monotonic()
         for event, outcome in zip(batch, outcomes, strict=True):
             self._queue.popleft()
+            if event.number <= self._deferred_through:
+                EVENTS_DEFERRED_SECONDS.inc(now - event.queued)
             if isinstance(outcome, Exception):
                 logger.warning("could not post event %s: %r", event.reason, outcome)
 
