@@ -182,3 +182,17 @@ def warnings(api_client: client.ApiClient, namespace: str, name: str | None = No
         for event in events
         if event.type == "Warning" and (name is None or event.involved_object.name == name)
     ]
+
+
+async def event_posted(
+    api_client: client.ApiClient, namespace: str, name: str, reason: str, timeout: float = 15.0
+) -> Any:
+    """The first Event of `reason` about the object, once posted: the operator posts Events
+    after the status writes they tell of, so one can come a moment after what it reports."""
+
+    async def found() -> Any:
+        events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+        matching = [e for e in events if e.reason == reason and e.involved_object.name == name]
+        return matching[0] if matching else None
+
+    return await eventually(found, timeout=timeout)

@@ -19,7 +19,7 @@ from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, condition, eventually, is_ready, present
+from .helpers import Resources, condition, event_posted, eventually, is_ready, present
 
 pytestmark = [
     pytest.mark.integration,
@@ -162,8 +162,7 @@ async def test_a_connection_in_use_waits_and_a_person_can_release_a_finalizer(
     await eventually(blocked, timeout=60)
     resources.annotate("streams", "orders", {"jetstream-operator.io/release-finalizer": "true"})
     await eventually(lambda: gone(resources, "streams", "orders"), timeout=30)
-    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    assert any(e.reason == "Released" and e.involved_object.name == "orders" for e in events)
+    await event_posted(api_client, namespace, "orders", "Released")
     # Its last user gone, the connection goes too, and lets go of its Secret.
     await eventually(lambda: gone(resources, "natsconnections", "tenant"), timeout=60)
     secret = client.CoreV1Api(api_client).read_namespaced_secret("nats-token", namespace)

@@ -14,7 +14,7 @@ from jetstream_operator import GROUP, VERSION
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
-from .helpers import Resources, condition, eventually, is_ready, json_body
+from .helpers import Resources, condition, event_posted, eventually, is_ready, json_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -91,8 +91,7 @@ async def test_a_restored_resource_reattaches_and_another_name_still_conflicts(
     finally:
         await connection.close()
     for resource in ("orders", "worker"):
-        reasons = [event.reason for event in events_of(api_client, namespace, resource)]
-        assert "Reattached" in reasons, reasons
+        await event_posted(api_client, namespace, resource, "Reattached")
 
     resources.create(
         "streams", {"kind": "Stream", "metadata": {"name": "intruder"}, "spec": {"name": name}}

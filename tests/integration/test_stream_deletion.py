@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import Resources, condition, event_posted, eventually, is_ready
 
 
 def manifest(name: str, stream: str, **spec: Any) -> dict[str, Any]:
@@ -41,8 +41,7 @@ async def test_retain_leaves_the_stream_and_its_messages(
     assert info["state"]["messages"] == 3
     assert OWNER_METADATA_KEY not in (info["config"].get("metadata") or {})
     # The object is gone with its status; the Event says what became of the stream.
-    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    assert any(e.reason == "Retained" and e.involved_object.name == "keep" for e in events)
+    await event_posted(api_client, namespace, "keep", "Retained")
 
 
 @pytest.mark.integration
