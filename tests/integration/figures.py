@@ -52,12 +52,16 @@ class ApiAudit:
 
     def __init__(self) -> None:
         self.subjects: list[str] = []
+        self.refused: list[str] = []  # the subjects of requests answered with an error
         self._subscription: Subscription | None = None
 
     async def start(self, connection: Client) -> ApiAudit:
         async def record(message: Msg) -> None:
             advisory = json.loads(message.data)
-            self.subjects.append(str(advisory.get("subject", "")))
+            subject = str(advisory.get("subject", ""))
+            self.subjects.append(subject)
+            if '"error"' in str(advisory.get("response", "")):
+                self.refused.append(subject)
 
         self._subscription = await connection.subscribe("$JS.EVENT.ADVISORY.API", cb=record)
         await connection.flush()
@@ -67,12 +71,13 @@ class ApiAudit:
         if self._subscription is not None:
             await self._subscription.unsubscribe()
 
-    def count(self, operation: str, name: str | None = None) -> int:
-        """Requests of one operation (e.g. "STREAM.UPDATE"), optionally for one object."""
+    def count(self, operation: str, name: str | None = None, *, refused: bool = False) -> int:
+        """Requests of one operation (e.g. "STREAM.UPDATE"), optionally for one object; with
+        `refused`, only those the server answered with an error."""
         prefix = f"$JS.API.{operation}"
         return sum(
             1
-            for subject in self.subjects
+            for subject in (self.refused if refused else self.subjects)
             if subject.startswith(prefix) and (name is None or subject.split(".")[-1] == name)
         )
 

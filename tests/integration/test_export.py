@@ -268,13 +268,17 @@ def assert_only_owner_changed(
         owner = (after[key].get("metadata") or {}).get(OWNER_METADATA_KEY, "")
         assert owner.startswith(f"{namespace}/"), key
         stream, _, consumer = key.partition("/")
+        # A first pass creates without looking; the server refuses, as the object is there.
         if consumer:
             # A consumer update is a CONSUMER.CREATE with action "update".
-            assert audit.count(f"CONSUMER.CREATE.{stream}", consumer) == 1, key
+            creates = audit.count(f"CONSUMER.CREATE.{stream}", consumer)
+            refused = audit.count(f"CONSUMER.CREATE.{stream}", consumer, refused=True)
+            assert (creates, refused) == (2, 1), key
             assert audit.count(f"CONSUMER.DELETE.{stream}", consumer) == 0, key
         else:
             assert audit.count("STREAM.UPDATE", stream) == 1, key
-            assert audit.count("STREAM.CREATE", stream) == 0, key
+            assert audit.count("STREAM.CREATE", stream) == 1, key
+            assert audit.count("STREAM.CREATE", stream, refused=True) == 1, key
             assert audit.count("STREAM.DELETE", stream) == 0, key
 
 

@@ -44,12 +44,16 @@ class FakeJetStream:
         self.after_listing: Callable[[], Awaitable[None]] | None = None
         self.cluster: dict[str, Any] | None = None
         self.unseen: set[str] = set()
+        self.consumers: dict[tuple[str, str], dict[str, Any]] = {}
+        self.now = "2026-01-01T00:00:00Z"
+        self.made_at: dict[str, str] = {}
 
     def _info(self, name: str) -> dict[str, Any]:
         info = {
             "config": copy.deepcopy(self.streams[name]),
             "state": {"messages": 0, "consumer_count": self.consumer_counts.get(name, 0)},
-            "created": "2026-01-01T00:00:00Z",
+            "created": self.made_at.get(name, "2026-01-01T00:00:00Z"),
+            "ts": self.now,
         }
         return info if self.cluster is None else {**info, "cluster": self.cluster}
 
@@ -61,8 +65,14 @@ class FakeJetStream:
         self.requests.append(f"{operation} {config['name']}")
         if self.refuse:
             raise JetStreamError(400, 10052, self.refuse)
-        self.streams[config["name"]] = {**config, **self.forced}
-        return self._info(config["name"])
+        name, stored = config["name"], {**config, **self.forced}
+        if operation == "CREATE" and name in self.streams:
+            if self.streams[name] != stored:
+                raise JetStreamError(400, 10058, "stream name already in use")
+            return self._info(name)  # an identical create is answered with what is there
+        self.streams[name] = stored
+        self.made_at[name] = self.now
+        return self._info(name)
 
     async def create_stream(self, config: dict[str, Any]) -> dict[str, Any]:
         return await self._store("CREATE", config)
@@ -81,6 +91,35 @@ class FakeJetStream:
             hook, self.after_listing = self.after_listing, None
             await hook()  # what happens while the listing is on its way
         return StreamListing(listed, {name: "" for name in self.unseen})
+
+    def _consumer_info(self, stream: str, name: str) -> dict[str, Any]:
+        return {
+            "stream_name": stream,
+            "name": name,
+            "config": copy.deepcopy(self.consumers[(stream, name)]),
+            "created": "2026-01-01T00:00:00Z",
+            "ts": self.now,
+        }
+
+    async def consumer_info(self, stream: str, name: str) -> dict[str, Any] | None:
+        self.requests.append(f"CONSUMER.INFO {stream} {name}")
+        return self._consumer_info(stream, name) if (stream, name) in self.consumers else None
+
+    async def create_consumer(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Action "create" as the server takes it: what is there must be identical."""
+        config = body["config"]
+        name = config["name"]
+        self.requests.append(f"CONSUMER.CREATE {stream} {name}")
+        if stream not in self.streams:
+            raise JetStreamError(404, 10059, "stream not found")
+        held = self.consumers.get((stream, name))
+        if held is not None and (body["action"] == "update" or held == config):
+            self.consumers[(stream, name)] = config
+        elif held is not None:
+            raise JetStreamError(400, 10148, "consumer already exists")
+        else:
+            self.consumers[(stream, name)] = config
+        return self._consumer_info(stream, name)
 
     def sent(self, operation: str) -> int:
         return sum(1 for request in self.requests if request.startswith(operation))
@@ -210,6 +249,115 @@ async def test_a_restored_resource_reattaches_with_an_event() -> None:
         STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "other", "x"), as_api(server)
     )
     assert other.outcome.reason == "Conflict"
+
+
+REPORTED = conditions_for(Outcome(True, "Synced", "reported before"), 1)
+
+
+async def test_a_first_pass_creates_without_looking_and_later_passes_look_first() -> None:
+    server = FakeJetStream()
+    spec = {"name": "ORDERS", "subjects": ["orders.>"]}
+    first = await stream_handlers.reconcile(
+        STREAM_KIND, spec, OWNER, as_api(server), history=history(FailureMemory())
+    )
+    assert first.outcome.ready and [event.reason for event in first.events] == ["Created"]
+    assert server.requests == ["CREATE ORDERS"]
+    server.requests.clear()
+    later = await stream_handlers.reconcile(
+        STREAM_KIND,
+        spec,
+        OWNER,
+        as_api(server),
+        history=history(FailureMemory(), conditions=REPORTED),
+    )
+    assert later.outcome.ready and later.events == []
+    assert server.requests == ["INFO ORDERS"]
+
+
+async def test_a_first_pass_whose_stream_is_there_looks_once_refused_and_plans_with_it() -> None:
+    """Restored (the same resource under a new uid), another resource's, or absent after
+    all: the refusal brings one look, and the pass goes on as one that looked first."""
+    server = FakeJetStream()
+    await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS"}, Owner("ns", "orders", "old"), as_api(server)
+    )
+    server.requests.clear()
+    restored = await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS"}, OWNER, as_api(server), history=history(FailureMemory())
+    )
+    assert restored.outcome.ready
+    assert [event.reason for event in restored.events] == ["Reattached", "Updated"]
+    assert server.requests == ["CREATE ORDERS", "INFO ORDERS", "UPDATE ORDERS"]
+    server.requests.clear()
+    other = await stream_handlers.reconcile(
+        STREAM_KIND,
+        {"name": "ORDERS"},
+        Owner("ns", "other", "x"),
+        as_api(server),
+        history=history(FailureMemory()),
+    )
+    assert other.outcome.reason == "Conflict"
+    assert server.requests == ["CREATE ORDERS", "INFO ORDERS"]
+    server.requests.clear()
+    server.refuse = "subjects overlap with an existing stream"
+    refused = await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "NEW"}, OWNER, as_api(server), history=history(FailureMemory())
+    )
+    assert refused.outcome.reason == "ServerRejected"
+    assert "subjects overlap" in refused.outcome.message
+    assert server.requests == ["CREATE NEW", "INFO NEW"]
+
+
+async def test_a_first_pass_answered_with_its_own_older_stream_says_nothing_was_made() -> None:
+    """The status of an earlier pass was lost: the server answers the identical create with
+    the stream it holds, which is older than the answer, so no Created event."""
+    server = FakeJetStream()
+    spec = {"name": "ORDERS", "subjects": ["orders.>"]}
+    await stream_handlers.reconcile(
+        STREAM_KIND, spec, OWNER, as_api(server), history=history(FailureMemory())
+    )
+    server.now = "2026-01-01T00:10:00Z"
+    server.requests.clear()
+    again = await stream_handlers.reconcile(
+        STREAM_KIND, spec, OWNER, as_api(server), history=history(FailureMemory())
+    )
+    assert again.outcome.ready and again.outcome.reason == "Synced" and again.events == []
+    assert server.requests == ["CREATE ORDERS"]
+
+
+async def test_a_first_consumer_pass_looks_at_its_stream_only() -> None:
+    """The stream's consumer limits shape the create; the consumer is not looked for unless the
+    server refuses the create because one is there, and one of its own is answered."""
+    server = FakeJetStream()
+    server.streams["ORDERS"] = {"name": "ORDERS"}
+    spec = {"durableName": "reader", "streamName": "ORDERS"}
+    first = await consumer_handlers.reconcile(
+        spec, OWNER, as_api(server), stream_name="ORDERS", history=history(FailureMemory())
+    )
+    assert first.outcome.ready and [event.reason for event in first.events] == ["Created"]
+    assert server.requests == ["INFO ORDERS", "CONSUMER.CREATE ORDERS reader"]
+    server.requests.clear()
+    server.now = "2026-01-01T00:10:00Z"
+    again = await consumer_handlers.reconcile(
+        spec, OWNER, as_api(server), stream_name="ORDERS", history=history(FailureMemory())
+    )
+    assert again.outcome.ready and again.events == []
+    assert server.requests == ["INFO ORDERS", "CONSUMER.CREATE ORDERS reader"]
+    server.requests.clear()
+    theirs = await consumer_handlers.reconcile(
+        spec,
+        Owner("ns", "other", "x"),
+        as_api(server),
+        stream_name="ORDERS",
+        history=history(FailureMemory()),
+    )
+    assert theirs.outcome.reason == "Conflict"
+    assert server.requests == [
+        "INFO ORDERS",
+        "CONSUMER.CREATE ORDERS reader",
+        "INFO ORDERS",
+        "CONSUMER.INFO ORDERS reader",
+    ]
 
 
 async def test_a_stream_that_vanished_holding_data_comes_back_with_a_warning() -> None:

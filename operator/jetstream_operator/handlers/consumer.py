@@ -33,8 +33,9 @@ from ..reconcile.consumer_plan import (
     plan_consumer,
     release_request,
 )
+from ..reconcile.live_state import existed_before
 from ..reconcile.ownership import Owner, recorded_owner
-from .failures import Basis, History, failure_basis
+from .failures import Basis, History, creates_unlooked, failure_basis
 from .results import (
     Event,
     Result,
@@ -105,7 +106,10 @@ async def reconcile(
     finds nowhere in this process, may explain why (it belongs to another operator's share).
 
     A creation refused because what was known is out of date (the consumer exists after all,
-    or the stream does not) looks at the server once and plans again."""
+    or the stream does not) looks at the server once and plans again. So a first pass does not
+    look for the consumer before creating it: the server answers the create with what it holds
+    when that is identical (ours, from a pass whose status was lost), refuses anything else,
+    and the pass then looks."""
     try:
         consumer_spec = ConsumerSpec.model_validate(dict(spec))
     except ValidationError as error:
@@ -116,18 +120,18 @@ async def reconcile(
     outcome = Outcome(True, "Synced", f"consumer {name} matches the spec")
     stream_info: Mapping[str, Any] | None = None
     info: dict[str, Any] | None = None
-    looked = known_stream_info is None and known_info is None
+    unlooked = creates_unlooked(history, known_info, read_only)
+    looked = known_stream_info is None and known_info is None and not unlooked
     try:
         stream = stream_name or consumer_spec.stream_name
         stream_info = known_stream_info
         if stream_info is None and stream:
             stream_info = await jetstream.stream_info(stream)
         if stream and stream_info is not None:
-            info = (
-                dict(known_info)
-                if known_info is not None
-                else await jetstream.consumer_info(stream, name)
-            )
+            if known_info is not None:
+                info = dict(known_info)
+            elif not unlooked:
+                info = await jetstream.consumer_info(stream, name)
         if history is not None:
             held = history.memory.held(owner.uid, _basis(history, stream_info, info))
             if held is not None:
@@ -173,9 +177,13 @@ async def reconcile(
                     except JetStreamError as error:
                         if looked or error.err_code not in OUT_OF_DATE:
                             raise
-                        looked = True
+                        looked, unlooked = True, False
                         stream_info, info = await _look(jetstream, target, name)
                         continue
+                    if unlooked and existed_before(info):
+                        unlooked = False
+                        continue  # ours already, as the spec asks: nothing was made
+                    unlooked = False
                     reason = "Recreated" if drift else "Created"
                     events.append(Event("Normal", reason, f"created consumer {name} on {target}"))
                     continue

@@ -181,3 +181,12 @@ class History:
                 found: Mapping[str, Any] = condition
                 return found
         return None
+
+
+def creates_unlooked(history: History | None, known: object, read_only: bool) -> bool:
+    """Whether a pass creates its stream or consumer without looking for it first: a first
+    pass (no condition reported yet), with nothing known of the object from a listing. Its
+    object is most likely not made yet, so this saves a look, and the server refuses the
+    create if it is there after all."""
+    first_pass = history is not None and not history.status.get("conditions")
+    return first_pass and known is None and not read_only

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.conditions import Outcome, now_rfc3339
-from ..reconcile.live_state import clustered, object_count_request
+from ..reconcile.live_state import clustered, existed_before, object_count_request
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.stream_plan import (
@@ -27,7 +27,7 @@ from ..reconcile.stream_plan import (
     plan_stream,
     release_request,
 )
-from .failures import Basis, History, failure_basis
+from .failures import Basis, History, creates_unlooked, failure_basis
 from .results import (
     Event,
     Result,
@@ -42,7 +42,9 @@ from .results import (
     validation_message,
 )
 
-_MAX_STEPS = 4  # a create or update, a placement change the server wants on its own, a check
+# A first create refused (the stream was there), a create or update, a placement change the
+# server wants on its own, a check.
+_MAX_STEPS = 5
 
 
 async def reconcile(
@@ -65,6 +67,11 @@ async def reconcile(
     distinct failure, and the guard against sending the same update twice. `created` is told
     the name of a stream just made and the server's reply; True means it has been added to
     since (consumers applied with it), so the status must come from a fresh look.
+
+    A resource's first pass creates its stream without looking first, one request where a look
+    and a create are two; the server answers the create with what it holds when that is
+    identical (ours, from a pass whose status was lost) and refuses anything else, and only
+    then does the pass look and plan again.
     """
     try:
         stream_spec = kind.stream_spec(spec)
@@ -75,9 +82,11 @@ async def reconcile(
     what = kind.describe(spec)
     events: list[Event] = []
     outcome = Outcome(True, "Synced", f"{what} matches the spec")
-    info: dict[str, Any] | None = None
+    info: dict[str, Any] | None = dict(known_info) if known_info is not None else None
+    unlooked = creates_unlooked(history, known_info, read_only)
     try:
-        info = dict(known_info) if known_info is not None else await jetstream.stream_info(name)
+        if known_info is None and not unlooked:
+            info = await jetstream.stream_info(name)
         if history is not None:
             held = history.memory.held(owner.uid, _basis(history, info))
             if held is not None:
@@ -88,7 +97,24 @@ async def reconcile(
                 return _read_only_result(kind, what, action, info)
             match action:
                 case CreateStream(config=config):
-                    info = await jetstream.create_stream(config)
+                    try:
+                        info = await jetstream.create_stream(config)
+                    except JetStreamError:
+                        if not unlooked or history is None:
+                            raise
+                        unlooked = False
+                        info = await jetstream.stream_info(name)
+                        if info is None:
+                            raise  # not there: the refusal is the spec's
+                        # There after all: plan with what it holds, as a pass that looked.
+                        held = history.memory.held(owner.uid, _basis(history, info))
+                        if held is not None:
+                            return held
+                        continue
+                    if unlooked and existed_before(info):
+                        unlooked = False
+                        continue  # ours already, as the spec asks: nothing was made
+                    unlooked = False
                     added_to = created is not None and await created(name, info)
                     # In a cluster the create reply shows the replicas before they caught up:
                     # one INFO now saves a status write later, so status is complete when

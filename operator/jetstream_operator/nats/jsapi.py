@@ -29,6 +29,7 @@ from ..metrics import NATS_REQUEST_ERRORS, NATS_REQUEST_SECONDS, operation_of
 ServerConfig = dict[str, Any]
 
 STREAM_NOT_FOUND = 10059
+STREAM_NAME_IN_USE = 10058  # a create of a stream that exists with another config
 CONSUMER_NOT_FOUND = 10014
 CONSUMER_EXISTS = 10148  # action "create" on a consumer that exists with another config
 STREAM_LIST_PAGE = 256
@@ -187,7 +188,10 @@ class JetStreamApi:
             if is_transient(code, err_code, description):
                 NATS_REQUEST_ERRORS.labels(operation, "unavailable").inc()
                 raise JetStreamUnavailable(f"{description} (error {err_code})")
-            NATS_REQUEST_ERRORS.labels(operation, "api_error").inc()
+            # A create that finds its object there is how a first pass learns of it (the
+            # handlers create without looking first), not a failure worth an alert.
+            found = err_code in (STREAM_NAME_IN_USE, CONSUMER_EXISTS)
+            NATS_REQUEST_ERRORS.labels(operation, "exists" if found else "api_error").inc()
             raise JetStreamError(code, err_code, description)
         if self._on_account_change is not None and operation in ACCOUNT_CHANGES:
             self._on_account_change()

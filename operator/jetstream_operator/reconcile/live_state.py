@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 
 def clustered(info: Mapping[str, Any]) -> bool:
     """Whether a stream's info (or create reply) comes from a JetStream cluster."""
     return bool((info.get("cluster") or {}).get("name"))
+
+
+EXISTED_BEFORE_SECONDS = 5.0
+"""How much older than its reply a stream or consumer must be to have been there before the
+create that answered with it (a cluster's reply can trail the creation by a raft round)."""
+
+
+def existed_before(reply: Mapping[str, Any], older_than: float = EXISTED_BEFORE_SECONDS) -> bool:
+    """Whether a create's reply describes a stream or consumer that was already there: the
+    server answers the create of one identical to what it holds with what it holds. Both times
+    are the server's own, so no clock of ours is compared."""
+    try:
+        created = datetime.fromisoformat(str(reply["created"]))
+        answered = datetime.fromisoformat(str(reply["ts"]))
+    except (KeyError, ValueError):
+        return False
+    return answered - created > timedelta(seconds=older_than)
 
 
 def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
