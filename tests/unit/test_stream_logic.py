@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from jetstream_operator.api.stream import StreamSpec
+from jetstream_operator.reconcile.live_state import existed_before
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
 from jetstream_operator.reconcile.stream_config import config_differences, desired_stream_config
 from jetstream_operator.reconcile.stream_plan import (
@@ -232,3 +233,20 @@ def test_an_adopted_mirror_keeps_the_window_the_server_holds() -> None:
     assert isinstance(action, UpdateStream)
     assert [difference.field for difference in action.differences] == ["metadata"]
     assert action.config["duplicate_window"] == 120_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("reply", "before"),
+    [
+        ({"created": "2026-11-27T21:00:00.123456789Z", "ts": "2026-11-27T21:00:00.2Z"}, False),
+        ({"created": "2026-11-27T21:00:00.123456789Z", "ts": "2026-11-27T21:00:06Z"}, True),
+        ({"created": "2026-11-27T21:00:00Z"}, False),
+        ({"created": "2026-11-27T21:00:00", "ts": "2026-11-27T22:00:00Z"}, False),
+        ({"created": "yesterday", "ts": "2026-11-27T22:00:00Z"}, False),
+    ],
+)
+def test_a_create_reply_tells_an_object_that_was_there_by_the_servers_own_times(
+    reply: dict[str, str], before: bool
+) -> None:
+    """Older than its reply by more than a raft round: the create found it there."""
+    assert existed_before(reply) is before

@@ -24,9 +24,9 @@ def existed_before(reply: Mapping[str, Any], older_than: float = EXISTED_BEFORE_
     try:
         created = datetime.fromisoformat(str(reply["created"]))
         answered = datetime.fromisoformat(str(reply["ts"]))
-    except (KeyError, ValueError):
+        return answered - created > timedelta(seconds=older_than)
+    except (KeyError, ValueError, TypeError):  # absent, unreadable, or one without a zone
         return False
-    return answered - created > timedelta(seconds=older_than)
 
 
 def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
