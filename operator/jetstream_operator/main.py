@@ -47,7 +47,7 @@ from .k8s.login import (
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.selection import LabelSelection
-from .k8s.status import EventPoster, ResourceWriter
+from .k8s.status import EventPoster, EventSink, ResourceWriter
 from .k8s.watch import NamespaceWatches
 from .memory import HeapTrimmer
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
@@ -190,7 +190,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             operator_settings.priority,
         )
     memo.writer = ResourceWriter(kubernetes)
-    memo.events = EventPoster(memo.writer, request_limit(memo).lull)
+    memo.events = EventPoster(
+        memo.writer, request_limit(memo).lull, normal=operator_settings.events == "all"
+    )
     memo.secrets = SecretReader(kubernetes)
     memo.explained = {}
     memo.unresolved = set()
@@ -220,7 +222,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         use_advisories=operator_settings.advisories,
         read_only=operator_settings.read_only,
         pause_annotation=PAUSE_ANNOTATION,
-        normal_events=operator_settings.events == "all",
     )
 
     def make_watcher(key: ConnectionKey, target: ConnectionTarget) -> DriftWatcher:
@@ -230,6 +231,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             memo.pool,
             target,
             memo.writer,
+            memo.events,
             watch_settings,
             key,
             may_act=peering_check.active if peering_check else None,
@@ -299,9 +301,8 @@ def _report(
     patch: kopf.Patch,
     status: kopf.Status,
     generation: int | None,
-    events: EventPoster,
+    events: EventSink,
     deleting: bool = False,
-    normal_events: bool = True,
 ) -> None:
     """Write what changed into status and post events. Only a deletion is retried through
     kopf (its finalizer must stay until done); every other retry belongs to drift repair's
@@ -316,8 +317,6 @@ def _report(
         for key, value in status_changes(status, result, generation).items():
             patch.status[key] = value
     for event in result.events:
-        if event.type == "Normal" and not normal_events:
-            continue
         events.post(body, event.type, event.reason, event.message)
     if deleting and result.retry:
         raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
@@ -436,7 +435,6 @@ async def _handle(
         generation=meta.get("generation"),
         deleting=deleting,
         events=memo.events,
-        normal_events=settings.events == "all",
     )
 
 
@@ -918,7 +916,6 @@ async def reconcile_connection(
         status=status,
         generation=meta.get("generation"),
         events=memo.events,
-        normal_events=memo.settings.events == "all",
     )
 
 
@@ -999,7 +996,6 @@ async def finalize_connection(
         generation=meta.get("generation"),
         deleting=True,
         events=memo.events,
-        normal_events=memo.settings.events == "all",
     )
 
 

@@ -99,6 +99,15 @@ EVENTS_DEFERRED_SECONDS = Counter(
     registry=REGISTRY,
 )
 
+EVENTS_FAILED = Counter(
+    "jetstream_operator_events_failed",
+    "Kubernetes Events whose posting failed, by what followed: retried (the API server was "
+    "unreachable, throttled or failed, so it is tried again with backoff) or dropped (refused, "
+    "or failed on its last try).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
 ReadyCounts = Callable[[], Iterable[tuple[str, str, int]]]
 ConnectionStates = Callable[[], Iterable[tuple[str, bool]]]
 

@@ -1,12 +1,17 @@
-"""JETSTREAM_OPERATOR_EVENTS=warnings: a resource is created, updated and Ready without a single
-Normal Event, and a failure still posts its Warning (read from the API server's Event list)."""
+"""JETSTREAM_OPERATOR_EVENTS=warnings: a resource is created, updated, repaired after drift and
+Ready without a single Normal Event, and a failure still posts its Warning (read from the API
+server's Event list)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import nats
 import pytest
 from kubernetes import client
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant
 from .helpers import Resources, condition, eventually, is_ready
@@ -19,6 +24,7 @@ async def test_warnings_only_posts_no_normal_event(
     resources: Resources,
     api_client: client.ApiClient,
     namespace: str,
+    nats_server: Any,
 ) -> None:
     name = namespace.replace("-", "_").upper()
     with operator_variant(operator_process, JETSTREAM_OPERATOR_EVENTS="warnings"):
@@ -38,6 +44,19 @@ async def test_warnings_only_posts_no_normal_event(
             return is_ready(resource) and ready.get("observedGeneration") == 2
 
         await eventually(updated, timeout=30)
+        connection = await nats.connect(nats_server.url)
+        try:
+            jetstream = JetStreamApi(connection)
+            await jetstream.delete_stream(name)  # out of band: drift repair makes it again
+
+            async def repaired() -> bool:
+                return await jetstream.stream_info(name) is not None
+
+            await eventually(repaired, timeout=30)
+        finally:
+            await connection.close()
+        # A Warning posted after the repair: Events go in order, so a Normal Event of the
+        # repair would be listed by then.
         resources.create(
             "streams", {"kind": "Stream", "metadata": {"name": "second"}, "spec": {"name": name}}
         )

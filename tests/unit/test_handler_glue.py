@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -151,10 +151,9 @@ class RecordingWriter:
         self.patches.append((name, status))
         return True
 
-    async def post_event(
-        self, reference: dict[str, Any], event_type: str, reason: str, message: str
-    ) -> None:
-        self.events.append((reference["metadata"]["name"], event_type, reason))
+    def post(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        """As EventPoster.post, recorded at once."""
+        self.events.append((body["metadata"]["name"], event_type, reason))
 
 
 def stream_body(name: str, uid: str, spec: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -393,6 +392,7 @@ def watcher(
         pool=None,  # type: ignore[arg-type]  # resync() is called with the JetStream directly
         target=ConnectionTarget(("nats://127.0.0.1:4222",)),
         writer=writer,  # type: ignore[arg-type]
+        events=writer,
         settings=WatchSettings(resync_interval=30),
         failures=memory,
         budget=StatusBudget(),

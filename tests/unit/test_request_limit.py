@@ -9,6 +9,7 @@ from typing import Any
 
 from yarl import URL
 
+from jetstream_operator.k8s.client import ApiError
 from jetstream_operator.k8s.login import (
     ADAPTIVE_LEAST,
     AdaptiveLimit,
@@ -17,7 +18,7 @@ from jetstream_operator.k8s.login import (
     RequestLimit,
     WritesLull,
 )
-from jetstream_operator.k8s.status import EventPoster
+from jetstream_operator.k8s.status import EVENT_ATTEMPTS, EventPoster
 from jetstream_operator.metrics import REGISTRY
 
 BASE = "https://127.0.0.1:6443/apis/jetstream-operator.io/v1alpha1/streams"
@@ -524,24 +525,104 @@ async def test_a_place_under_the_limit_goes_to_other_requests_before_events() ->
     assert [name for name, _ in arrivals.seen] == ["status", "events"]
 
 
-async def test_an_event_that_cannot_be_posted_is_dropped_and_the_rest_go_on() -> None:
-    class Failing(Writer):
-        async def post_event(
-            self, reference: Any, event_type: str, reason: str, message: str, at: Any = None
-        ) -> None:
-            if reason == "Broken":
-                raise ConnectionResetError("the API server went away")
-            await super().post_event(reference, event_type, reason, message, at)
+class Failing(Writer):
+    """Fails the first `failures[reason]` posts of an Event with that reason, with `error`."""
 
-    writer = Failing()
-    events = EventPoster(writer, None)  # type: ignore[arg-type]
+    def __init__(self, error: Exception, failures: dict[str, int]) -> None:
+        super().__init__()
+        self.error = error
+        self.failures = dict(failures)
+        self.tries: list[str] = []
+
+    async def post_event(
+        self, reference: Any, event_type: str, reason: str, message: str, at: Any = None
+    ) -> None:
+        self.tries.append(reason)
+        if self.failures.get(reason, 0) > 0:
+            self.failures[reason] -= 1
+            raise self.error
+        await super().post_event(reference, event_type, reason, message, at)
+
+
+def failed(outcome: str) -> float:
+    return (
+        REGISTRY.get_sample_value("jetstream_operator_events_failed_total", {"outcome": outcome})
+        or 0.0
+    )
+
+
+def retrying(writer: Failing) -> EventPoster:
+    """A poster that waits 0.05 s before its first retry, doubling up to 0.2 s, unjittered."""
+    return EventPoster(writer, None, jitter=lambda: 1.0, retry_seconds=(0.05, 0.2))  # type: ignore[arg-type]
+
+
+async def test_an_event_refused_by_the_api_server_is_dropped_and_the_rest_go_on() -> None:
+    writer = Failing(
+        ApiError("POST", EVENTS, 403, "Forbidden", "namespace ns is terminating"), {"Broken": 1}
+    )
+    events = retrying(writer)
+    dropped = failed("dropped")
     for reason in ("Created", "Broken", "Updated"):
         events.post(STREAM, "Normal", reason, "")
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
     assert [reason for reason, _, _ in writer.posted] == ["Created", "Updated"]
+    assert writer.tries.count("Broken") == 1  # a refusal would be refused again
+    assert failed("dropped") - dropped == 1
     events.post(STREAM, "Normal", "Deleted", "")  # the poster still runs
     await asyncio.sleep(0.05)
     assert writer.posted[-1][0] == "Deleted"
+
+
+async def test_an_event_the_api_server_could_not_take_is_tried_again_with_its_own_time() -> None:
+    """Unreachable, throttled or failing: a Warning may be the only word of a failure."""
+    for error in (
+        ConnectionResetError("the API server went away"),
+        ApiError("POST", EVENTS, 503, "Service Unavailable", "etcd is not ready"),
+        ApiError("POST", EVENTS, 429, "Too Many Requests", "slow down"),
+    ):
+        writer = Failing(error, {"Stalled": 2})
+        events = retrying(writer)
+        retried = failed("retried")
+        happened = datetime.now(UTC)
+        events.post(STREAM, "Warning", "Stalled", "")
+        events.post(STREAM, "Normal", "Created", "")
+        await asyncio.sleep(0.03)
+        assert [reason for reason, _, _ in writer.posted] == ["Created"]  # not held up by it
+        await asyncio.sleep(0.3)  # retried after 0.05 s, then after 0.1 s
+        assert writer.tries == ["Stalled", "Created", "Stalled", "Stalled"]
+        [(_, at, _)] = [each for each in writer.posted if each[0] == "Stalled"]
+        assert at is not None and abs((at - happened).total_seconds()) < 0.02
+        assert failed("retried") - retried == 2
+
+
+async def test_an_event_that_keeps_failing_is_dropped_after_its_last_try() -> None:
+    writer = Failing(ConnectionResetError("the API server went away"), {"Stalled": 100})
+    events = retrying(writer)
+    dropped = failed("dropped")
+    events.post(STREAM, "Warning", "Stalled", "")
+    await asyncio.sleep(1.0)  # waits of 0.05, 0.1, 0.2 and 0.2 s
+    assert writer.tries == ["Stalled"] * EVENT_ATTEMPTS
+    assert writer.posted == [] and events.waiting == 0
+    assert failed("dropped") - dropped == 1
+
+
+async def test_shutting_down_tries_an_event_waiting_for_its_retry_once_more() -> None:
+    writer = Failing(ConnectionResetError("the API server went away"), {"Stalled": 1})
+    events = EventPoster(writer, None, retry_seconds=(30.0, 30.0))  # type: ignore[arg-type]
+    events.post(STREAM, "Warning", "Stalled", "")
+    await asyncio.sleep(0.05)
+    assert writer.posted == [] and events.waiting == 1
+    await events.close()
+    assert [reason for reason, _, _ in writer.posted] == ["Stalled"]
+
+
+async def test_with_warnings_only_a_normal_event_is_not_queued() -> None:
+    writer = Writer()
+    events = EventPoster(writer, None, normal=False)  # type: ignore[arg-type]
+    events.post(STREAM, "Normal", "Created", "")
+    events.post(STREAM, "Warning", "ServerRejected", "")
+    await asyncio.sleep(0.05)
+    assert [reason for reason, _, _ in writer.posted] == ["ServerRejected"]
 
 
 async def test_each_event_that_waited_counts_once_with_its_wait() -> None:

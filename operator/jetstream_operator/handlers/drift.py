@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from .. import API_VERSION, metrics
 from ..api.kinds import CONSUMER, ResourceKind
-from ..k8s.status import ResourceWriter
+from ..k8s.status import EventSink, ResourceWriter
 from ..nats.advisories import subscribe_changes
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
@@ -120,7 +120,6 @@ class WatchSettings:
     use_advisories: bool = True
     read_only: bool = False
     pause_annotation: str = ""
-    normal_events: bool = True
 
 
 def stream_mark(info: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -254,6 +253,7 @@ class DriftWatcher:
         pool: ConnectionPool,
         target: ConnectionTarget,
         writer: ResourceWriter,
+        events: EventSink,
         settings: WatchSettings,
         connection: ConnectionKey = None,
         may_act: Callable[[], Awaitable[bool]] | None = None,
@@ -272,6 +272,7 @@ class DriftWatcher:
         self._pool = pool
         self._target = target
         self._writer = writer
+        self._events = events
         self._settings = settings
         self._connection = connection
         self._may_act = may_act
@@ -759,6 +760,4 @@ class DriftWatcher:
                 },
             }
             for event in result.events:
-                if event.type == "Normal" and not self._settings.normal_events:
-                    continue
-                await self._writer.post_event(reference, event.type, event.reason, event.message)
+                self._events.post(reference, event.type, event.reason, event.message)

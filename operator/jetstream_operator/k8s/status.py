@@ -4,18 +4,22 @@ and the Events of handled resources, posted after their status)."""
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+import random
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol
+
+import aiohttp
 
 from .. import GROUP, VERSION
-from ..metrics import EVENTS_DEFERRED, EVENTS_DEFERRED_SECONDS
+from ..metrics import EVENTS_DEFERRED, EVENTS_DEFERRED_SECONDS, EVENTS_FAILED
 from .client import MERGE_PATCH, ApiError, KubeApi
 from .login import WritesLull
 
@@ -74,8 +78,8 @@ class ResourceWriter:
         message: str,
         at: datetime | None = None,
     ) -> None:
-        """A core/v1 Event on the resource, of what happened `at` (now by default); failures are
-        logged, never raised."""
+        """A core/v1 Event on the resource, of what happened `at` (now by default). Raises
+        what the request raised: the EventPoster tells a retry from a drop."""
         now = (at or datetime.now(UTC)).isoformat()  # as the `kubernetes` client serialized it
         metadata = reference["metadata"]
         body = {
@@ -99,20 +103,39 @@ class ResourceWriter:
             "count": 1,
             "reportingComponent": COMPONENT,
         }
-        try:
-            await self._api.request(
-                "POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body
-            )
-        except ApiError as error:
-            logger.warning("could not post event %s on %s: %s", reason, metadata["name"], error)
+        await self._api.request("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
 
 
 EVENTS_AT_ONCE = 8
 """Events in flight at once: a backlog of thousands goes in seconds, and leaves places under
 the request limit for status writes."""
 
+EVENT_ATTEMPTS = 5
+"""Tries of an Event whose posting failed for a reason that may pass (the API server busy,
+overloaded or unreachable); then it is dropped, and counted."""
 
-@dataclass(frozen=True, slots=True)
+EVENT_RETRY_SECONDS = (1.0, 30.0)
+"""The first and the longest wait before an Event is tried again, doubled in between and
+jittered into [half, full], so Events that failed together are not retried together."""
+
+
+def may_pass(error: BaseException) -> bool:
+    """Whether a failed request is worth trying again: the API server was unreachable, timed
+    out, throttled or failed itself. A refusal (a namespace being deleted, an invalid Event)
+    would be refused again."""
+    if isinstance(error, ApiError):
+        return error.status in (408, 429) or error.status >= 500
+    return isinstance(error, aiohttp.ClientError | TimeoutError | OSError)
+
+
+class EventSink(Protocol):
+    """Where handlers and drift repair leave their Events."""
+
+    def post(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Queue an Event on the resource `body` (its apiVersion, kind and metadata)."""
+
+
+@dataclass(slots=True)
 class _Queued:
     reference: Mapping[str, Any]
     event_type: str
@@ -121,27 +144,46 @@ class _Queued:
     at: datetime
     queued: float
     number: int
+    attempts: int = 0
 
 
 class EventPoster:
     """The Events of handled resources, posted in the background after the status they tell
     of: each waits for a pause in the operator's writes of its resources (WritesLull), for at
     most the lull's `most_wait` from when it happened, and carries that time. A queued Event
-    is a few small strings, where a request held back costs kilobytes."""
+    is a few small strings, where a request held back costs kilobytes.
+
+    `normal` False keeps only Warnings (the `events: warnings` setting), for handlers and
+    drift repair alike. An Event whose posting failed for a reason that may pass is tried
+    again with jittered backoff, EVENT_ATTEMPTS times in all: a Warning is often the only
+    word a person gets of a failure, and an API server in trouble is when failures happen."""
 
     def __init__(
-        self, writer: ResourceWriter, lull: WritesLull | None, at_once: int = EVENTS_AT_ONCE
+        self,
+        writer: ResourceWriter,
+        lull: WritesLull | None,
+        at_once: int = EVENTS_AT_ONCE,
+        *,
+        normal: bool = True,
+        jitter: Callable[[], float] = random.random,
+        retry_seconds: tuple[float, float] = EVENT_RETRY_SECONDS,
     ) -> None:
         self._writer = writer
         self._lull = lull
         self._at_once = at_once
+        self._normal = normal
+        self._jitter = jitter
+        self._retry_seconds = retry_seconds
         self._queue: deque[_Queued] = deque()
+        self._retries: list[tuple[float, int, _Queued]] = []  # a heap by when each is due
         self._numbered = 0
         self._deferred_through = 0  # the Events up to this number waited for a lull
         self._queued = asyncio.Event()
         self._drain: asyncio.Task[None] | None = None
 
     def post(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        if event_type == "Normal" and not self._normal:
+            return
         metadata = body.get("metadata") or {}
         reference = {
             "apiVersion": body.get("apiVersion"),
@@ -164,16 +206,31 @@ class EventPoster:
         if self._drain is None or self._drain.done():
             self._drain = asyncio.create_task(self._posting(), name="event-poster")
 
+    @property
+    def waiting(self) -> int:
+        """Events queued or waiting for a retry."""
+        return len(self._queue) + len(self._retries)
+
     async def _posting(self) -> None:
         while True:
             await self._queued.wait()
             self._queued.clear()
+            await self._retry_due()
             while self._queue:
                 if self._lull is not None:
                     since = time.monotonic() - self._queue[0].queued
                     if await self._lull.wait(self._lull.most_wait - since):
                         self._count_deferred()
-                await self._send_batch()
+                await self._send_batch(self._queue)
+
+    async def _retry_due(self) -> None:
+        """Send the retries whose wait is over; they waited for a lull the first time."""
+        due: deque[_Queued] = deque()
+        now = time.monotonic()
+        while self._retries and self._retries[0][0] <= now:
+            due.append(heapq.heappop(self._retries)[2])
+        while due:
+            await self._send_batch(due)
 
     def _count_deferred(self) -> None:
         """Every Event queued now waited for that lull; each is counted once."""
@@ -181,11 +238,10 @@ class EventPoster:
         EVENTS_DEFERRED.inc(last - max(self._deferred_through, first - 1))
         self._deferred_through = last
 
-    async def _send_batch(self) -> None:
-        """The oldest few, taken off the queue once tried: a shutdown that cancels them midway
-        posts them again rather than not at all. An Event that cannot be posted is logged and
-        dropped, not retried: the status it tells of holds the same news."""
-        batch = list(islice(self._queue, self._at_once))
+    async def _send_batch(self, queue: deque[_Queued], retry: bool = True) -> None:
+        """The oldest few, taken off `queue` once tried: a shutdown that cancels them midway
+        posts them again rather than not at all."""
+        batch = list(islice(queue, self._at_once))
         outcomes = await asyncio.gather(
             *(
                 self._writer.post_event(
@@ -197,22 +253,43 @@ class EventPoster:
         )
         now = time.monotonic()
         for event, outcome in zip(batch, outcomes, strict=True):
-            self._queue.popleft()
-            if event.number <= self._deferred_through:
+            queue.popleft()
+            if event.attempts == 0 and event.number <= self._deferred_through:
                 EVENTS_DEFERRED_SECONDS.inc(now - event.queued)
-            if isinstance(outcome, Exception):
-                logger.warning("could not post event %s: %r", event.reason, outcome)
+            event.attempts += 1
+            if not isinstance(outcome, Exception):
+                continue
+            name = event.reference["metadata"]["name"]
+            if retry and may_pass(outcome) and event.attempts < EVENT_ATTEMPTS:
+                wait = self._retry_wait(event.attempts)
+                logger.info(
+                    "event %s on %s: %r; trying again in %.1f s", event.reason, name, outcome, wait
+                )
+                heapq.heappush(self._retries, (now + wait, event.number, event))
+                asyncio.get_running_loop().call_later(wait, self._queued.set)
+                EVENTS_FAILED.labels(outcome="retried").inc()
+                continue
+            logger.warning("could not post event %s on %s: %r", event.reason, name, outcome)
+            EVENTS_FAILED.labels(outcome="dropped").inc()
+
+    def _retry_wait(self, attempts: int) -> float:
+        first, longest = self._retry_seconds
+        full = min(longest, first * 2.0 ** (attempts - 1))
+        return full * (0.5 + 0.5 * self._jitter())
 
     async def close(self, within: float = 5.0) -> None:
-        """Post what is queued, without waiting for a lull, for at most `within` seconds."""
+        """Post what is queued or waiting for a retry, without waiting for a lull or the
+        retry's time, once each, for at most `within` seconds."""
         if self._drain is not None:
             self._drain.cancel()
             with suppress(asyncio.CancelledError):
                 await self._drain
+        self._queue.extend(event for _, _, event in sorted(self._retries))
+        self._retries.clear()
 
         async def send_all() -> None:
             while self._queue:
-                await self._send_batch()
+                await self._send_batch(self._queue, retry=False)
 
         try:
             await asyncio.wait_for(send_all(), within)
