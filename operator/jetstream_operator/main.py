@@ -443,6 +443,28 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
     and ObjectStore; the kind only says how its spec becomes a stream."""
     plural = kind.resource.plural
 
+    async def handle(
+        work: Work,
+        deleting: bool,
+        spec: kopf.Spec,
+        meta: kopf.Meta,
+        status: kopf.Status,
+        memo: kopf.Memo,
+        kwargs: dict[str, Any],
+    ) -> None:
+        registry = memo.backed[kind.resource.kind]
+        await _handle(
+            kind.resource,
+            registry,
+            work,
+            deleting=deleting,
+            spec=spec,
+            meta=meta,
+            status=status,
+            memo=memo,
+            **_kopf_kwargs(kwargs),
+        )
+
     # The id keeps kopf's log lines for it under "Handler 'remember_<kind>'", which the CLI
     # filters out as routine.
     @kopf.on.event(GROUP, VERSION, plural, id=f"remember_{kind.resource.singular}")
@@ -512,17 +534,14 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
                 result = result.then(purge)
             return result
 
-        await _handle(
-            kind.resource,
-            memo.backed[kind.resource.kind],
-            work,
-            deleting=False,
-            spec=spec,
-            meta=meta,
-            status=status,
-            memo=memo,
-            **_kopf_kwargs(kwargs),
-        )
+        try:
+            await handle(work, False, spec, meta, status, memo, kwargs)
+        finally:
+            declared = kind.stream_name(spec)
+            if declared and declared not in made and not status.get("conditions"):
+                # The consumers applied with it wait for its first pass before looking at
+                # the stream (`_first_look_waits`); made or not, they look now.
+                arrivals.announce(declared)
 
     @kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)
     async def finalize(
@@ -535,17 +554,7 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
                 kind, spec, owner, jetstream, read_only=settings.read_only
             )
 
-        await _handle(
-            kind.resource,
-            memo.backed[kind.resource.kind],
-            work,
-            deleting=True,
-            spec=spec,
-            meta=meta,
-            status=status,
-            memo=memo,
-            **_kopf_kwargs(kwargs),
-        )
+        await handle(work, True, spec, meta, status, memo, kwargs)
 
 
 for _kind in STREAM_BACKED:
@@ -637,6 +646,18 @@ async def _stream_of_new_consumer(
     return stream
 
 
+def _first_look_waits(memo: kopf.Memo, stream: str, status: kopf.Status) -> bool:
+    """Whether a consumer's first pass waits for its stream's announcement before looking at
+    it: while no resource declaring the stream has had its first pass, a look would most
+    likely find nothing (they were applied together), and the pass would wait anyway. That
+    first pass announces the stream whether it made it or not, so a consumer of an adopted
+    stream waits for that pass only. A request per consumer of a burst."""
+    if status.get("conditions") or memo.settings.read_only:
+        return False
+    declared = declaring(stream, _backed(memo))
+    return bool(declared) and not any(resource.first_handled for _, resource in declared)
+
+
 async def _recount_stream(
     memo: kopf.Memo, owner: Owner, spec: kopf.Spec, stream: str, jetstream: JetStreamApi
 ) -> None:
@@ -678,14 +699,20 @@ async def reconcile_consumer(
         under_way = arrivals.begin(stream, owner.uid) if stream else None
         counted = False
         try:
+            known_stream = arrivals.created_reply(connection, stream) if stream else None
+            arrival: StreamArrival | None = None
+            if stream and known_stream is None and _first_look_waits(memo, stream, status):
+                arrival = await stream_arrival(stream)
+                if isinstance(arrival, Mapping):
+                    known_stream = arrival
             result = await consumer_handlers.reconcile(
                 spec,
                 owner,
                 jetstream,
                 stream_name=stream,
-                known_stream_info=arrivals.created_reply(connection, stream) if stream else None,
+                known_stream_info=known_stream,
                 read_only=settings.read_only,
-                stream_arrival=stream_arrival,
+                stream_arrival=stream_arrival if arrival is None else None,
                 history=history,
                 unresolved_ref=_unresolved_ref(memo, owner, settings.selector),
             )

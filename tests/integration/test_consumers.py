@@ -258,9 +258,9 @@ async def test_a_new_consumer_is_made_without_a_look_for_it_and_its_advisory_bri
 async def test_consumers_applied_with_their_stream_take_its_creation_for_a_look(
     resources: Resources, nc: Client, namespace: str
 ) -> None:
-    """A consumer applied with its stream waits for the stream's creation in the operator and
-    takes the creation's reply for its look at the stream; first passes create streams and
-    consumers without looking for them first (by the server's API audit)."""
+    """A consumer applied with its stream waits for the stream's first pass in the operator
+    before it looks, and takes the creation's reply for its look at the stream; first passes
+    create streams and consumers without looking for them first (by the server's API audit)."""
     base = base_name(namespace)
     streams = [f"pair{i}" for i in range(8)]
     audit = await ApiAudit().start(nc)
@@ -295,11 +295,42 @@ async def test_consumers_applied_with_their_stream_take_its_creation_for_a_look(
     creates = sum(n for key, n in requests.items() if key.startswith("CONSUMER.CREATE"))
     assert creates == len(streams), requests
     # A stream is made without a look first, and looked at once to count its consumers; a
-    # consumer takes the creation's reply for its look at the stream, or looks at the stream
-    # when its pass began before the announcement, and never looks for itself on a first pass
-    # (9-12 looks in three runs alone). Looking before creating, streams and consumers took
-    # 24-28.
-    assert looks <= 2 * len(streams), requests
+    # consumer waits for its stream's first pass before looking, takes the creation's reply
+    # for its look at the stream, and never looks for itself on a first pass (8 looks in
+    # three runs alone). Consumers that looked at the stream before waiting made it 9-12;
+    # looking before creating, streams and consumers took 24-28.
+    assert looks <= len(streams), requests
+
+
+async def test_a_consumer_applied_with_its_stream_waits_only_for_the_streams_first_pass(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    """The first pass of a Stream resource tells the consumers waiting for it to look, whether
+    it made the stream or not: one whose stream was already in NATS (adopted) turns Ready, and
+    one whose stream the server refused reports StreamNotFound, each within seconds, not after
+    the 60 s a made stream would have been waited for."""
+    base = base_name(namespace)
+    await JetStreamApi(nc).create_stream(
+        {"name": f"{base}_OLD", "subjects": [f"{base.lower()}.old.>"], "storage": "file"}
+    )
+    await JetStreamApi(nc).create_stream({"name": f"{base}_HOLDER", "subjects": [f"{base}.taken"]})
+    resources.create("streams", stream_manifest("old", f"{base}_OLD", [f"{base.lower()}.old.>"]))
+    resources.create("consumers", consumer_manifest("old-reader", durableName="R", streamRef="old"))
+    # Refused by the server: another stream holds its subject.
+    resources.create("streams", stream_manifest("refused", f"{base}_NEW", [f"{base}.taken"]))
+    resources.create(
+        "consumers", consumer_manifest("new-reader", durableName="R", streamRef="refused")
+    )
+    started = time.monotonic()
+    await eventually(lambda: ready(resources, "consumers", "old-reader"), timeout=20)
+
+    async def not_found() -> bool:
+        reason = condition(resources.get("consumers", "new-reader")).get("reason")
+        return reason == "StreamNotFound"
+
+    await eventually(not_found, timeout=20)
+    assert condition(resources.get("streams", "refused")).get("reason") == "ServerRejected"
+    assert time.monotonic() - started < 20
 
 
 async def test_a_consumer_made_just_after_its_stream_changed_takes_the_changed_limits(
