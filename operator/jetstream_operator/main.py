@@ -485,9 +485,10 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
         connection = spec_connection_key(str(meta.get("namespace", "")), spec)
         made: list[str] = []
 
-        async def created(stream: str, reply: Mapping[str, Any]) -> bool:
+        async def created(stream: str, reply: Mapping[str, Any]) -> int | None:
             """Wake the consumers waiting for the new stream, and wait a moment for those on
-            their way, so the stream's first status counts them. During a burst of creations,
+            their way, so the stream's first status counts them (how many they made; None:
+            look). During a burst of creations,
             wait it out first: the status write would wait anyway, and the consumers applied
             after their streams (`kubectl apply` of a directory) are made meanwhile."""
             made.append(stream)
@@ -697,7 +698,7 @@ async def reconcile_consumer(
         stream = await _stream_of_new_consumer(memo, owner, spec, status)
         arrivals: StreamArrivals = memo.arrivals
         under_way = arrivals.begin(stream, owner.uid) if stream else None
-        counted = False
+        counted, result = False, None
         try:
             known_stream = arrivals.created_reply(connection, stream) if stream else None
             arrival: StreamArrival | None = None
@@ -717,9 +718,10 @@ async def reconcile_consumer(
                 unresolved_ref=_unresolved_ref(memo, owner, settings.selector),
             )
         finally:
+            made = result is not None and any(event.reason in MADE for event in result.events)
             if under_way is not None:
-                counted = arrivals.end(under_way)  # a new stream's first status counts it
-        if stream and not counted and any(event.reason in MADE for event in result.events):
+                counted = arrivals.end(under_way, made)  # a new stream's first status counts it
+        if stream and not counted and made:
             await _recount_stream(memo, owner, spec, stream, jetstream)
         return result
 

@@ -1,6 +1,6 @@
 """A consumer applied with its stream waits for the stream's creation in this process, and the
 stream's handler waits a moment for the consumers on their way, so its first status counts
-them."""
+those they made without a look at the stream."""
 
 import asyncio
 import time
@@ -45,7 +45,7 @@ async def consumer_pass(
         await asyncio.sleep(0.01)  # the consumer's creation in NATS
         made.append(uid)
     finally:
-        counted = arrivals.end(under_way)
+        counted = arrivals.end(under_way, uid in made)
     return counted
 
 
@@ -55,8 +55,8 @@ async def test_the_new_stream_waits_for_passes_under_way_and_those_on_their_way(
     waiting = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "a", made))
     coming = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "b", made, start=0.05))
     await asyncio.sleep(0.01)  # "a" waits for the stream; "b" is known, its pass not begun
-    assert await arrivals.created("ORDERS", lambda: {"b"}, timeout=5, start_within=1) is True
-    assert sorted(made) == ["a", "b"]  # both made before the stream's handler looks again
+    assert await arrivals.created("ORDERS", lambda: {"b"}, timeout=5, start_within=1) == 2
+    assert sorted(made) == ["a", "b"]  # both made before the stream's first status
     assert await waiting is True and await coming is True  # neither writes the count itself
 
 
@@ -64,7 +64,7 @@ async def test_a_pass_ending_after_the_timeout_counts_itself() -> None:
     arrivals = StreamArrivals()
     made: list[str] = []
     late = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "late", made, start=0.1))
-    assert await arrivals.created("ORDERS", lambda: {"late"}, timeout=0.01, start_within=5) is True
+    assert await arrivals.created("ORDERS", lambda: {"late"}, timeout=0.01, start_within=5) == 0
     assert made == []
     assert await late is False  # nobody counted it: it writes the stream's count itself
 
@@ -78,13 +78,13 @@ async def test_a_pass_that_ended_before_the_stream_was_made_is_not_waited_for() 
         await asyncio.wait_for(
             arrivals.created("ORDERS", lambda: {"early"}, timeout=5, start_within=5), 1
         )
-        is True
+        is None
     )
 
 
 async def test_nothing_to_wait_for_needs_no_second_look() -> None:
     arrivals = StreamArrivals()
-    assert await arrivals.created("ORDERS", lambda: set(), timeout=5, start_within=5) is False
+    assert await arrivals.created("ORDERS", lambda: set(), timeout=5, start_within=5) == 0
     assert arrivals.end(arrivals.begin("ORDERS", "after")) is False
 
 
@@ -98,7 +98,7 @@ async def test_passes_on_other_streams_do_not_end_the_wait() -> None:
     assert arrivals.end(arrivals.begin("OTHER", "mine")) is False
     assert not gathering.done()
     assert await consumer_pass(arrivals, "ORDERS", "mine", made) is True
-    assert await gathering is True
+    assert await gathering == 1
 
 
 async def test_a_consumer_queued_behind_others_is_not_waited_for_past_its_start() -> None:
@@ -113,7 +113,7 @@ async def test_a_consumer_queued_behind_others_is_not_waited_for_past_its_start(
     gathering = arrivals.created(
         "ORDERS", lambda: {"queued", "begun"}, timeout=5, start_within=0.05
     )
-    assert await gathering is True
+    assert await gathering == 1
     assert loop.time() - started < 1
     assert made == ["begun"] and await begun is True
 
@@ -130,7 +130,7 @@ async def test_a_queued_consumer_is_waited_for_while_the_queue_moves() -> None:
     ]
     queued = asyncio.create_task(consumer_pass(arrivals, "ORDERS", "queued", made, start=0.3))
     gathering = arrivals.created("ORDERS", lambda: {"queued"}, timeout=5, start_within=2, stall=0.1)
-    assert await gathering is True
+    assert await gathering == 1
     assert "queued" in made and await queued is True  # counted by the stream's first status
     await asyncio.gather(*others)
 
@@ -150,8 +150,8 @@ async def test_a_consumer_announced_while_the_first_is_waited_for_is_counted_too
 
     second = asyncio.create_task(second_arrives())
     gathering = arrivals.created("ORDERS", lambda: set(known), timeout=5, start_within=1)
-    assert await gathering is True
-    assert sorted(made) == ["first", "second"]  # both made before the stream's look
+    assert await gathering == 2
+    assert sorted(made) == ["first", "second"]  # both made before the stream's first status
     assert await first is True and await second is True  # neither writes the count itself
 
 
@@ -162,7 +162,7 @@ async def test_a_stuck_queue_is_not_waited_for() -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     gathering = arrivals.created("ORDERS", lambda: {"queued"}, timeout=5, start_within=3, stall=0.1)
-    assert await gathering is True
+    assert await gathering == 0
     assert 0.1 <= loop.time() - started < 1.0
 
 
@@ -181,15 +181,15 @@ async def test_passes_ending_while_a_burst_is_waited_out_are_counted() -> None:
     await asyncio.sleep(0.05)
     assert not gathering.done()  # the burst goes on
     burst_over.set()
-    assert await asyncio.wait_for(gathering, 1) is True  # look again: it counts "during"
+    assert await asyncio.wait_for(gathering, 1) == 1  # "during" made its consumer
 
 
-async def test_a_pass_counted_during_a_long_burst_still_calls_for_a_look(
+async def test_a_pass_counted_during_a_long_burst_is_still_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A burst can outlast RECENT: the pass that ended early in it is no longer among the
     recent ones, and its consumer's status is already seen, but the stream's handler was told
-    to count it, so it must look again."""
+    to count it, so it does."""
     monkeypatch.setattr(arrivals_module, "RECENT", 0.05)
     arrivals = StreamArrivals()
     made: list[str] = []
@@ -201,7 +201,7 @@ async def test_a_pass_counted_during_a_long_burst_still_calls_for_a_look(
     gathering = arrivals.created(
         "ORDERS", lambda: set(), timeout=5, start_within=0.05, first=long_burst
     )
-    assert await gathering is True
+    assert await gathering == 1
 
 
 def test_a_creation_reply_serves_consumers_of_the_same_connection_for_a_while(
@@ -248,3 +248,16 @@ def test_what_is_remembered_of_ended_passes_and_announcements_expires(
     assert arrivals._ended_on("S1") == set()
     assert set(arrivals._ended_by_stream) == {"LAST"}
     assert set(arrivals._announced) == {"LAST"}
+
+
+async def test_a_pass_that_made_nothing_is_counted_but_adds_nothing() -> None:
+    """A consumer the server refused, or one already there: its pass is over and counted (it
+    writes no count itself), and the stream's first status shows only what was made."""
+    arrivals = StreamArrivals()
+    gathering = asyncio.create_task(
+        arrivals.created("ORDERS", lambda: {"made", "refused"}, timeout=5, start_within=1)
+    )
+    await asyncio.sleep(0.01)
+    assert arrivals.end(arrivals.begin("ORDERS", "refused"), made=False) is True
+    assert arrivals.end(arrivals.begin("ORDERS", "made"), made=True) is True
+    assert await asyncio.wait_for(gathering, 1) == 1

@@ -273,6 +273,44 @@ async def test_a_first_pass_creates_without_looking_and_later_passes_look_first(
     assert server.requests == ["INFO ORDERS"]
 
 
+async def test_a_new_stream_counts_the_consumers_made_with_it_without_a_look() -> None:
+    """The consumer passes that ended while the new stream's handler gathered them say how many
+    they made: the first status adds those to the creation's count. Only when that cannot be
+    told (None), or in a cluster, does the pass look."""
+    cluster = {"name": "c1", "leader": "n1"}
+    for added, made, in_cluster, looks in (
+        (2, 2, False, []),
+        (0, 0, False, []),
+        (None, 2, False, ["INFO ORDERS"]),
+        (2, 2, True, ["INFO ORDERS"]),
+    ):
+        server = FakeJetStream()
+        server.cluster = cluster if in_cluster else None
+        result = await stream_handlers.reconcile(
+            STREAM_KIND,
+            {"name": "ORDERS"},
+            OWNER,
+            as_api(server),
+            history=history(FailureMemory()),
+            created=consumers_made_meanwhile(server, made, added),
+        )
+        assert server.requests == ["CREATE ORDERS", *looks], (added, in_cluster)
+        assert result.status["consumerCount"] == made, (added, in_cluster)
+
+
+def consumers_made_meanwhile(
+    server: FakeJetStream, made: int, answer: int | None
+) -> Callable[[str, Mapping[str, Any]], Awaitable[int | None]]:
+    """A stream's `created` hook during which consumer passes made `made` consumers on it, and
+    which answers `answer` (None: look)."""
+
+    async def created(name: str, reply: Mapping[str, Any]) -> int | None:
+        server.consumer_counts[name] = made
+        return answer
+
+    return created
+
+
 async def test_a_first_pass_whose_stream_is_there_looks_once_refused_and_plans_with_it() -> None:
     """Restored (the same resource under a new uid), another resource's, or absent after
     all: the refusal brings one look, and the pass goes on as one that looked first."""

@@ -10,7 +10,9 @@ brings the look after all.
 
 The stream's handler then waits, briefly, for the consumer passes on it: the stream's first
 status counts what they made, where each of those consumers would otherwise write the stream's
-count again a moment later (a status write and a watch event per stream in a burst). Under a
+count again a moment later (a status write and a watch event per stream in a burst). Each pass
+says whether it made its consumer, so the count is the creation's plus those, with no look at
+the stream (a request per stream in a burst). Under a
 worker limit a pass may be queued: the handler waits for it to start while consumer passes keep
 starting and ending, since then its turn is coming (a burst's streams and consumers are handled
 in step, each kind in the order applied), and no longer once none has for a moment, since then
@@ -42,7 +44,22 @@ class ConsumerPass:
         self.uid = uid
 
 
-Gathering = tuple[set[str], asyncio.Event, set[str], asyncio.Event]
+class Gathering:
+    """A new stream's handler waiting for the consumer passes on it (`StreamArrivals.created`)."""
+
+    __slots__ = ("counted", "done", "expected", "made", "moved")
+
+    def __init__(self) -> None:
+        self.expected: set[str] = set()
+        """The passes waited for."""
+        self.done = asyncio.Event()
+        """Set when the last of those ended."""
+        self.counted: set[str] = set()
+        """The passes that ended meanwhile: the stream's first status counts what they made."""
+        self.made: set[str] = set()
+        """Those of them that made their consumer."""
+        self.moved = asyncio.Event()
+        """Set when one of those waited for begins or ends."""
 
 
 K = TypeVar("K")
@@ -126,13 +143,13 @@ class StreamArrivals:
         self._passes.setdefault(stream, set()).add(consumer_pass)
         self._last_moved = time.monotonic()
         gathering = self._gatherings.get(stream)
-        if gathering is not None and uid in gathering[0]:
-            gathering[3].set()
+        if gathering is not None and uid in gathering.expected:
+            gathering.moved.set()
         return consumer_pass
 
-    def end(self, consumer_pass: ConsumerPass) -> bool:
-        """The pass is over. True when the stream's handler is gathering: it looks at the
-        stream after this, so whatever the pass made is counted there."""
+    def end(self, consumer_pass: ConsumerPass, made: bool = False) -> bool:
+        """The pass is over; `made` says whether it made its consumer. True when the stream's
+        handler is gathering: the stream's first status counts it."""
         stream, now = consumer_pass.stream, time.monotonic()
         self._last_moved = now
         passes = self._passes.get(stream)
@@ -154,12 +171,13 @@ class StreamArrivals:
         gathering = self._gatherings.get(stream)
         if gathering is None:
             return False
-        expected, done, counted, moved = gathering
-        counted.add(consumer_pass.uid)
-        expected.discard(consumer_pass.uid)
-        moved.set()
-        if not expected:
-            done.set()
+        gathering.counted.add(consumer_pass.uid)
+        if made:
+            gathering.made.add(consumer_pass.uid)
+        gathering.expected.discard(consumer_pass.uid)
+        gathering.moved.set()
+        if not gathering.expected:
+            gathering.done.set()
         return True
 
     async def created(
@@ -172,7 +190,7 @@ class StreamArrivals:
         stall: float = 0.5,
         connection: Hashable = None,
         reply: Mapping[str, Any] | None = None,
-    ) -> bool:
+    ) -> int | None:
         """The stream was just made: announce it, let `first` run, then wait until the passes
         of the new consumers (uids, asked for after `first`) on it have ended, or the timeout
         passed; then for those announced meanwhile. Every pass on the stream that ends
@@ -181,27 +199,30 @@ class StreamArrivals:
         it anyway, and the consumers applied in the burst are made meanwhile. A consumer whose
         pass has not begun is waited for while other consumer passes begin or end at least
         every `stall` seconds, for `start_within` at most; then no longer (module docstring).
-        True when a look at the stream now finds more than its creation did: a pass that ended
-        meanwhile may have made a consumer (a pass ending later learns from `end` that it was
-        not counted). `connection` and `reply` go to `announce`."""
+        Answers how many consumers those passes made, to add to the creation's count (a pass
+        ending later learns from `end` that it was not counted), or None when only a look at
+        the stream can tell: a pass on it ended just before, or a same-named stream of another
+        connection is gathering. `connection` and `reply` go to `announce`."""
         self.announce(stream, connection, reply)
+        uncounted = bool(self._ended_on(stream))
         if stream in self._gatherings:
-            # A same-named stream of another connection is gathering.
-            return bool(self._ended_on(stream))
-        expected: set[str] = set()
-        counted: set[str] = set()
-        done = asyncio.Event()
-        moved = asyncio.Event()
-        self._gatherings[stream] = (expected, done, counted, moved)
+            return None if uncounted else 0
+        gathering = Gathering()
+        self._gatherings[stream] = gathering
+        expected, done, counted, moved = (
+            gathering.expected,
+            gathering.done,
+            gathering.counted,
+            gathering.moved,
+        )
         try:
             if first is not None:
                 await first()
             ended = self._ended_on(stream)
-            expected |= (new_consumers() | self._under_way(stream)) - ended
+            expected |= (new_consumers() | self._under_way(stream)) - ended - counted
             done.clear()  # set by the passes that ended during `first`
             if not expected:
-                # A pass counted during a long `first` may have been forgotten by `_ended_on`.
-                return bool(ended or counted)
+                return None if uncounted else len(gathering.made)
             asked = set(expected)
             deadline = time.monotonic() + timeout
             while expected:
@@ -220,9 +241,9 @@ class StreamArrivals:
         except TimeoutError:
             logger.info("consumers of new stream %s still under way after %.1f s", stream, timeout)
         finally:
-            if self._gatherings.get(stream, (None,))[0] is expected:
+            if self._gatherings.get(stream) is gathering:
                 del self._gatherings[stream]
-        return True
+        return None if uncounted else len(gathering.made)
 
     def _ended_on(self, stream: str) -> set[str]:
         """The consumers whose passes on the stream ended within RECENT seconds."""

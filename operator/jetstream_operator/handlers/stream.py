@@ -14,7 +14,12 @@ from pydantic import ValidationError
 from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.conditions import Outcome, now_rfc3339
-from ..reconcile.live_state import clustered, existed_before, object_count_request
+from ..reconcile.live_state import (
+    clustered,
+    existed_before,
+    object_count_request,
+    with_consumers_added,
+)
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.stream_plan import (
@@ -57,7 +62,7 @@ async def reconcile(
     known_info: Mapping[str, Any] | None = None,
     read_only: bool = False,
     history: History | None = None,
-    created: Callable[[str, Mapping[str, Any]], Awaitable[bool]] | None = None,
+    created: Callable[[str, Mapping[str, Any]], Awaitable[int | None]] | None = None,
 ) -> Result:
     """Bring the stream on the server in line with the spec, and say how it went.
 
@@ -65,8 +70,8 @@ async def reconcile(
     event says what happened. `known_info` is the stream's info from a listing, which saves a
     request when the stream turns out to be in sync. `history` brings backoff, one Warning per
     distinct failure, and the guard against sending the same update twice. `created` is told
-    the name of a stream just made and the server's reply; True means it has been added to
-    since (consumers applied with it), so the status must come from a fresh look.
+    the name of a stream just made and the server's reply, and answers how many consumers were
+    made on it since (applied with it), or None when the status must come from a fresh look.
 
     A resource's first pass creates its stream without looking first, one request where a look
     and a create are two; the server answers the create with what it holds when that is
@@ -115,13 +120,15 @@ async def reconcile(
                         unlooked = False
                         continue  # ours already, as the spec asks: nothing was made
                     unlooked = False
-                    added_to = created is not None and await created(name, info)
+                    added = await created(name, info) if created is not None else 0
                     # In a cluster the create reply shows the replicas before they caught up:
                     # one INFO now saves a status write later, so status is complete when
-                    # Ready. A single server's reply is already what INFO would say, unless
-                    # consumers were made on the stream since.
-                    if added_to or clustered(info):
+                    # Ready. A single server's reply is already what INFO would say, but for
+                    # the consumers made on the stream since, which were counted.
+                    if added is None or clustered(info):
                         info = await jetstream.stream_info(name) or info
+                    elif added:
+                        info = with_consumers_added(info, added)
                     events.append(_creation_event(kind, spec, name, drift, history))
                     if events[-1].type == "Warning":
                         outcome = Outcome(True, "RecreatedAfterLoss", events[-1].message)

@@ -29,6 +29,14 @@ def existed_before(reply: Mapping[str, Any], older_than: float = EXISTED_BEFORE_
         return False
 
 
+def with_consumers_added(info: Mapping[str, Any], added: int) -> dict[str, Any]:
+    """A stream's info with `added` more consumers in its state: those made on it by this
+    process since the info was taken, which a look would show."""
+    state = dict(info.get("state") or {})
+    state["consumer_count"] = int(state.get("consumer_count") or 0) + added
+    return {**info, "state": state}
+
+
 def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
     config = info.get("config") or {}
     cluster = info.get("cluster") or {}
