@@ -652,11 +652,14 @@ def _first_look_waits(memo: kopf.Memo, stream: str, status: kopf.Status) -> bool
     it: while no resource declaring the stream has had its first pass, a look would most
     likely find nothing (they were applied together), and the pass would wait anyway. That
     first pass announces the stream whether it made it or not, so a consumer of an adopted
-    stream waits for that pass only. A request per consumer of a burst."""
+    stream waits for that pass only; one deleted before its first pass gets none, so it is
+    not waited for. A request per consumer of a burst."""
     if status.get("conditions") or memo.settings.read_only:
         return False
-    declared = declaring(stream, _backed(memo))
-    return bool(declared) and not any(resource.first_handled for _, resource in declared)
+    declared = [
+        resource for _, resource in declaring(stream, _backed(memo)) if not resource.deleting
+    ]
+    return bool(declared) and not any(resource.first_handled for resource in declared)
 
 
 async def _recount_stream(
