@@ -15,6 +15,12 @@ from jetstream_operator import GROUP, VERSION
 
 T = TypeVar("T")
 
+DRIFT_REPAIRED_WITHIN = 10.0
+"""Seconds within which a test expects drift made on the server to be repaired, through its
+advisory or the next resync (every 2 s in the tests). Tests check that it is repaired, not
+how fast: that is the benchmark's drift figure (p99 in milliseconds), and a 2 s bound here
+failed on a loaded machine."""
+
 
 async def eventually(
     probe: Callable[[], Awaitable[T | None]], *, timeout: float = 30.0, interval: float = 0.2

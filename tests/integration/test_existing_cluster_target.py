@@ -52,7 +52,7 @@ def test_suite_runs_against_an_existing_cluster(
     }
     selected = [
         "tests/integration/test_stream_lifecycle.py",
-        "tests/integration/test_consumers.py::test_consumer_deleted_out_of_band_is_recreated_within_two_seconds",
+        "tests/integration/test_consumers.py::test_consumer_deleted_out_of_band_is_recreated",
         "tests/integration/test_faults.py",
         "tests/integration/test_stream_cluster.py",
     ]

@@ -3,7 +3,6 @@ and by the periodic resync when no advisory arrives."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from nats.aio.client import Client
 
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, condition, eventually, is_ready
+from .helpers import DRIFT_REPAIRED_WITHIN, Resources, condition, eventually, is_ready
 
 pytestmark = [pytest.mark.integration]
 
@@ -30,7 +29,7 @@ async def _config(jetstream: JetStreamApi, stream: str) -> dict[str, Any] | None
 
 
 @pytest.mark.usefixtures("operator_process")
-async def test_out_of_band_change_is_reverted_within_two_seconds(
+async def test_out_of_band_change_is_reverted(
     resources: Resources, nc: Client, namespace: str
 ) -> None:
     stream = namespace.replace("-", "_").upper()
@@ -42,7 +41,6 @@ async def test_out_of_band_change_is_reverted_within_two_seconds(
     # Someone "fixes" the stream by hand: drops maxAge, raises maxMsgs, turns noAck on.
     tampered = {**config, "max_age": 0, "max_msgs": 999, "no_ack": True}
     await jetstream.update_stream(tampered)
-    started = time.monotonic()
 
     async def restored() -> bool:
         current = await _config(jetstream, stream)
@@ -52,8 +50,7 @@ async def test_out_of_band_change_is_reverted_within_two_seconds(
             and not current.get("no_ack")
         )
 
-    await eventually(restored, timeout=2.0, interval=0.05)
-    assert time.monotonic() - started < 2.0
+    await eventually(restored, timeout=DRIFT_REPAIRED_WITHIN, interval=0.05)
 
 
 @pytest.mark.usefixtures("operator_process")
@@ -75,7 +72,7 @@ async def test_removed_field_and_flag_turned_off_are_reverted_on_the_server(
 
 
 @pytest.mark.usefixtures("operator_process")
-async def test_stream_deleted_out_of_band_is_recreated_within_two_seconds(
+async def test_stream_deleted_out_of_band_is_recreated(
     resources: Resources, nc: Client, namespace: str
 ) -> None:
     stream = namespace.replace("-", "_").upper()
@@ -83,14 +80,12 @@ async def test_stream_deleted_out_of_band_is_recreated_within_two_seconds(
     await eventually(lambda: _ready(resources, "phoenix"))
     jetstream = JetStreamApi(nc)
     assert await jetstream.delete_stream(stream)
-    started = time.monotonic()
 
     async def back() -> bool:
         current = await _config(jetstream, stream)
         return current is not None and current["max_msgs"] == 5
 
-    await eventually(back, timeout=2.0, interval=0.05)
-    assert time.monotonic() - started < 2.0
+    await eventually(back, timeout=DRIFT_REPAIRED_WITHIN, interval=0.05)
 
 
 @pytest.mark.usefixtures("operator_without_advisories")
