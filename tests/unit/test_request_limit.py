@@ -616,6 +616,27 @@ async def test_shutting_down_tries_an_event_waiting_for_its_retry_once_more() ->
     assert [reason for reason, _, _ in writer.posted] == ["Stalled"]
 
 
+async def test_shutting_down_while_a_retry_is_in_flight_tries_it_once_more() -> None:
+    """The retry's request is cut by the shutdown: the Event is still posted, not lost."""
+
+    class Hanging(Failing):
+        async def post_event(
+            self, reference: Any, event_type: str, reason: str, message: str, at: Any = None
+        ) -> None:
+            if self.tries.count(reason) == 1:  # the retry: never answered
+                self.tries.append(reason)
+                await asyncio.Event().wait()
+            await super().post_event(reference, event_type, reason, message, at)
+
+    writer = Hanging(ConnectionResetError("the API server went away"), {"Stalled": 1})
+    events = EventPoster(writer, None, jitter=lambda: 1.0, retry_seconds=(0.01, 0.01))  # type: ignore[arg-type]
+    events.post(STREAM, "Warning", "Stalled", "")
+    await asyncio.sleep(0.1)
+    assert writer.tries == ["Stalled", "Stalled"] and writer.posted == []
+    await events.close()
+    assert [reason for reason, _, _ in writer.posted] == ["Stalled"]
+
+
 async def test_with_warnings_only_a_normal_event_is_not_queued() -> None:
     writer = Writer()
     events = EventPoster(writer, None, normal=False)  # type: ignore[arg-type]

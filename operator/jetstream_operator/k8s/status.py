@@ -176,6 +176,7 @@ class EventPoster:
         self._retry_seconds = retry_seconds
         self._queue: deque[_Queued] = deque()
         self._retries: list[tuple[float, int, _Queued]] = []  # a heap by when each is due
+        self._due: deque[_Queued] = deque()  # retries whose wait is over, until tried
         self._numbered = 0
         self._deferred_through = 0  # the Events up to this number waited for a lull
         self._queued = asyncio.Event()
@@ -209,7 +210,7 @@ class EventPoster:
     @property
     def waiting(self) -> int:
         """Events queued or waiting for a retry."""
-        return len(self._queue) + len(self._retries)
+        return len(self._queue) + len(self._retries) + len(self._due)
 
     async def _posting(self) -> None:
         while True:
@@ -224,13 +225,13 @@ class EventPoster:
                 await self._send_batch(self._queue)
 
     async def _retry_due(self) -> None:
-        """Send the retries whose wait is over; they waited for a lull the first time."""
-        due: deque[_Queued] = deque()
+        """Send the retries whose wait is over; they waited for a lull the first time. Kept
+        on the poster until tried, so a shutdown midway posts them at `close`."""
         now = time.monotonic()
         while self._retries and self._retries[0][0] <= now:
-            due.append(heapq.heappop(self._retries)[2])
-        while due:
-            await self._send_batch(due)
+            self._due.append(heapq.heappop(self._retries)[2])
+        while self._due:
+            await self._send_batch(self._due)
 
     def _count_deferred(self) -> None:
         """Every Event queued now waited for that lull; each is counted once."""
@@ -284,7 +285,9 @@ class EventPoster:
             self._drain.cancel()
             with suppress(asyncio.CancelledError):
                 await self._drain
+        self._queue.extend(self._due)
         self._queue.extend(event for _, _, event in sorted(self._retries))
+        self._due.clear()
         self._retries.clear()
 
         async def send_all() -> None:
