@@ -488,9 +488,9 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
         async def created(stream: str, reply: Mapping[str, Any]) -> int | None:
             """Wake the consumers waiting for the new stream, and wait a moment for those on
             their way, so the stream's first status counts them (how many they made; None:
-            look). During a burst of creations,
-            wait it out first: the status write would wait anyway, and the consumers applied
-            after their streams (`kubectl apply` of a directory) are made meanwhile."""
+            look). During a burst of creations, wait it out first: the status write would wait
+            anyway, and the consumers applied after their streams (`kubectl apply` of a
+            directory) are made meanwhile."""
             made.append(stream)
 
             def new_consumers() -> set[str]:
