@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from .memory import compact_kopf_bodies, shrink_tls_read_buffers
-    from .queueing import release_deleted_workers
+    from .queueing import streamline_workers
     from .settings import OperatorSettings
 
     try:
@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     handlers.serve_connections(settings.manage_connections)
     shrink_tls_read_buffers()
     compact_kopf_bodies()
-    release_deleted_workers()
+    handlers.serve_events(by_workers=streamline_workers())
     # kopf's formatter names the resource (namespace/name) on every line it logs for one;
     # JSON puts it in fields ("object") for log pipelines.
     kopf.configure(

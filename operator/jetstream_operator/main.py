@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import kopf
@@ -52,7 +53,7 @@ from .k8s.watch import NamespaceWatches
 from .memory import HeapTrimmer
 from .nats.jsapi import JetStreamApi, JetStreamUnavailable
 from .nats.pool import ConnectionPool, ConnectionTarget
-from .queueing import tune_queueing
+from .queueing import EventObservers, observe_events, tune_queueing
 from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
 from .reconcile.conditions import Outcome
 from .reconcile.ownership import Owner
@@ -166,6 +167,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.arrivals = StreamArrivals()
     memo.resume_pace = Pace(RESUME_RATE)
     memo.natsconnections = ResourceRegistry()
+    observe_events(
+        EventObservers(
+            GROUP,
+            {
+                plural: partial(_observe, memo, registry)
+                for plural, registry in _observed(memo).items()
+            },
+            LAST_HANDLED_FIELD,
+            progress_prefix=KOPF_ANNOTATION_PREFIX,
+        )
+    )
     memo.connection_probed = {}
     memo.failures = FailureMemories(
         lambda: FailureMemory(
@@ -465,16 +477,6 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
             **_kopf_kwargs(kwargs),
         )
 
-    # The id keeps kopf's log lines for it under "Handler 'remember_<kind>'", which the CLI
-    # filters out as routine.
-    @kopf.on.event(GROUP, VERSION, plural, id=f"remember_{kind.resource.singular}")
-    async def remember(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        """Keep the registry current, so drift repair finds resources without API requests.
-
-        Async on purpose, as are the other registry handlers: kopf runs plain functions in a
-        thread pool, and the registries are read by the event loop without locks."""
-        _observe(memo, memo.backed[kind.resource.kind], event)
-
     @kopf.on.resume(GROUP, VERSION, plural, id=HANDLER_RECONCILE)
     @kopf.on.create(GROUP, VERSION, plural, id=HANDLER_RECONCILE)
     @kopf.on.update(GROUP, VERSION, plural, id=HANDLER_RECONCILE)
@@ -562,9 +564,32 @@ for _kind in STREAM_BACKED:
     _serve_stream_backed(_kind)
 
 
-@kopf.on.event(GROUP, VERSION, CONSUMER.plural)
-async def remember_consumer(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    _observe(memo, memo.consumers, event)
+def _observed(memo: kopf.Memo) -> dict[str, ResourceRegistry]:
+    """The registry of each kind whose every watch event `_observe` reads, by plural: they keep
+    drift repair and the handlers' waits current without API requests."""
+    observed = {kind.resource.plural: memo.backed[kind.resource.kind] for kind in STREAM_BACKED}
+    observed[CONSUMER.plural] = memo.consumers
+    return observed
+
+
+def serve_events(by_workers: bool) -> None:
+    """Have the registries observe every event: through kopf's workers when `by_workers`
+    (queueing.streamline_workers; `configure` names the observers), otherwise through kopf's
+    own event handlers, which cost about 1 ms of kopf's bookkeeping an event."""
+    if by_workers:
+        return
+    for plural in (*(kind.resource.plural for kind in STREAM_BACKED), CONSUMER.plural):
+
+        async def remember(
+            event: kopf.RawEvent, memo: kopf.Memo, resource: kopf.Resource, **_: Any
+        ) -> None:
+            """Async on purpose, as are the other registry handlers: kopf runs plain functions
+            in a thread pool, and the registries are read by the event loop without locks."""
+            _observe(memo, _observed(memo)[resource.plural], event)
+
+        # The id keeps kopf's log lines for it under "Handler 'remember_<plural>'", which the
+        # CLI filters out as routine.
+        kopf.on.event(GROUP, VERSION, plural, id=f"remember_{plural}")(remember)
 
 
 STREAM_ARRIVAL_TIMEOUT = 5.0

@@ -74,6 +74,9 @@ def test_registry_handlers_run_on_the_event_loop() -> None:
     }
     if "natsconnections" not in served:
         main.serve_connections(True)  # as the CLI does where connections are managed
+    watched = {handler.id for handler in registry._watching.get_all_handlers()}
+    if "remember_streams" not in watched:
+        main.serve_events(by_workers=False)  # as the CLI does where kopf's worker is not known
     plurals = set()
     for handler in registry._watching.get_all_handlers():
         assert handler.selector is not None

@@ -5,12 +5,21 @@ limited operator to a few resources a second)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
 import pytest
 
-from jetstream_operator.queueing import WORKER_IDLE_TIMEOUT, release_deleted_workers, tune_queueing
+from jetstream_operator.queueing import (
+    WORKER_IDLE_TIMEOUT,
+    EventObservers,
+    observe_events,
+    streamline_workers,
+    tune_queueing,
+)
+
+GROUP = "example.io"
 
 
 @pytest.mark.parametrize(("workers", "limit"), [(0, None), (1, 1), (16, 16)])
@@ -28,7 +37,7 @@ async def run_worker(events: list[dict[str, Any]], versions: list[str | None]) -
 
     settings = kopf.OperatorSettings()
     settings.queueing.idle_timeout = WORKER_IDLE_TIMEOUT
-    key = ("streams", "uid-1")
+    key = (kopf.Resource(GROUP, "v1", "streams"), "uid-1")
     backlog: asyncio.Queue[Any] = asyncio.Queue()
     for event in events:
         backlog.put_nowait(event)
@@ -55,8 +64,14 @@ async def run_worker(events: list[dict[str, Any]], versions: list[str | None]) -
     return seen
 
 
-def event(kind: str, version: str) -> dict[str, Any]:
-    return {"type": kind, "object": {"metadata": {"uid": "uid-1", "resourceVersion": version}}}
+def event(kind: str, version: str, **metadata: Any) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "object": {
+            "metadata": {"uid": "uid-1", "resourceVersion": version, **metadata},
+            "status": {"lastHandledConfiguration": "{}"},
+        },
+    }
 
 
 async def test_a_deleted_resource_frees_its_workers_place_at_once(
@@ -67,8 +82,8 @@ async def test_a_deleted_resource_frees_its_workers_place_at_once(
     from kopf._core.reactor import queueing
 
     monkeypatch.setattr(queueing, "worker", queueing.worker)  # restored afterwards
-    assert release_deleted_workers()
-    assert release_deleted_workers()  # twice wraps once
+    assert streamline_workers()
+    assert streamline_workers()  # twice wraps once
     seen = await run_worker(
         [event("MODIFIED", "5"), event("DELETED", "6")], ["5~which~never~arrives", None]
     )
@@ -81,6 +96,106 @@ async def test_a_live_resource_keeps_its_worker_for_its_events(
     from kopf._core.reactor import queueing
 
     monkeypatch.setattr(queueing, "worker", queueing.worker)
-    assert release_deleted_workers()
+    assert streamline_workers()
     seen = await run_worker([event("ADDED", "5"), event("MODIFIED", "6")], [None, None])
     assert seen == ["ADDED", "MODIFIED"]
+
+
+@pytest.fixture
+def echoes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The worker streamlined, and the versions of streams' events told to a list."""
+    from kopf._core.reactor import queueing
+
+    monkeypatch.setattr(queueing, "worker", queueing.worker)
+    assert streamline_workers()
+    observed: list[str] = []
+    observe_events(
+        EventObservers(
+            GROUP,
+            {"streams": lambda raw: observed.append(raw["object"]["metadata"]["resourceVersion"])},
+            "status.lastHandledConfiguration",
+            progress_prefix="kopf.example.io",
+        )
+    )
+    yield observed
+    observe_events(None)
+
+
+async def test_the_echo_of_kopfs_own_patch_goes_to_the_observer_not_kopf(
+    echoes: list[str],
+) -> None:
+    seen = await run_worker([event("ADDED", "5"), event("MODIFIED", "6")], ["6", None])
+    assert seen == ["ADDED"]
+    assert echoes == ["5", "6"]
+
+
+@pytest.mark.parametrize(
+    ("events", "why"),
+    [
+        # Someone wrote between the handled event and the echo: kopf diffs the echo against the
+        # configuration it stored from the handled event, and must run the update handler.
+        ([event("ADDED", "5"), event("MODIFIED", "6"), event("MODIFIED", "7")], "written between"),
+        (
+            [event("ADDED", "5"), event("MODIFIED", "7", deletionTimestamp="2026-11-28T03:00:00Z")],
+            "being deleted",
+        ),
+        (
+            [event("ADDED", "5"), event("MODIFIED", "7", annotations={"kopf.example.io/r": "{}"})],
+            "a handler to retry",
+        ),
+    ],
+)
+async def test_kopf_sees_every_event_that_is_not_a_plain_echo(
+    echoes: list[str], events: list[dict[str, Any]], why: str
+) -> None:
+    seen = await run_worker(events, ["7"] + [None] * (len(events) - 1))
+    assert len(seen) == len(events), why
+    assert echoes == [raw["object"]["metadata"]["resourceVersion"] for raw in events]
+
+
+async def test_an_echo_without_the_stored_configuration_goes_to_kopf(echoes: list[str]) -> None:
+    """kopf's first patch of a resource without the finalizer adds only the finalizer; the
+    handlers run on its echo."""
+    echo = event("MODIFIED", "6")
+    del echo["object"]["status"]
+    seen = await run_worker([event("ADDED", "5"), echo], ["6", None])
+    assert seen == ["ADDED", "MODIFIED"]
+    assert echoes == ["5", "6"]
+
+
+async def test_kinds_without_an_observer_see_their_echoes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopf._core.reactor import queueing
+
+    monkeypatch.setattr(queueing, "worker", queueing.worker)
+    assert streamline_workers()
+    observe_events(EventObservers(GROUP, {}, "status.lastHandledConfiguration", "kopf.example.io"))
+    try:
+        seen = await run_worker([event("ADDED", "5"), event("MODIFIED", "6")], ["6", None])
+    finally:
+        observe_events(None)
+    assert seen == ["ADDED", "MODIFIED"]
+
+
+async def test_a_failing_observer_leaves_kopf_its_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopf._core.reactor import queueing
+
+    def observer(raw: Any) -> None:
+        raise ValueError("a bug in the observer")
+
+    monkeypatch.setattr(queueing, "worker", queueing.worker)
+    assert streamline_workers()
+    observe_events(
+        EventObservers(GROUP, {"streams": observer}, "status.lastHandledConfiguration", "k")
+    )
+    try:
+        seen = await run_worker([event("ADDED", "5"), event("MODIFIED", "6")], [None, None])
+    finally:
+        observe_events(None)
+    assert seen == ["ADDED", "MODIFIED"]
+
+
+def test_only_the_observed_kinds_of_the_operators_group_are_observed() -> None:
+    observers = EventObservers(GROUP, {"streams": print}, "status.lastHandledConfiguration", "k")
+    assert observers.observer(kopf.Resource(GROUP, "v1", "streams")) is print
+    assert observers.observer(kopf.Resource("jetstream.nats.io", "v1beta2", "streams")) is None
+    assert observers.observer(kopf.Resource(GROUP, "v1", "natsconnections")) is None
