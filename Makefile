@@ -74,7 +74,7 @@ chaos: tools
 # says how to build it from its source).
 bench: tools
 	$(PY) bench/operator_bench.py --sizes 100 1000 5000 --idle-size 1000 --busy 1000 --split 1000 \
-		--identities workload
+		--identities workload --rounds 3
 	$(PY) bench/spark_bench.py
 
 lint: venv

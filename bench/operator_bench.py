@@ -1598,6 +1598,73 @@ def cpu_line(row: dict[str, Any]) -> str:
     return text
 
 
+def alternated_rounds(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Ours and NACK legacy at one size, alternated with the order flipped every round, each on
+    fresh servers. A single run at N = 1,000 moves by a third with the machine's state, which
+    grows run after run (docs/benchmarks.md), so one run of each, minutes apart, cannot call
+    a winner at that size."""
+    import nack_bench  # imports this module: only needed with NACK
+
+    nack = nack_bench.Nack.inspect(
+        args.nack_bin.expanduser(), args.nack_crds.expanduser(), args.nack_version
+    )
+    plain = argparse.Namespace(**{**vars(args), "idle_size": 0, "sizes": [0]})  # no idle parts
+    rounds = []
+    for index in range(args.rounds):
+        order = ("ours", "nack") if index % 2 == 0 else ("nack", "ours")
+        runs: dict[str, Any] = {"first": order[0]}
+        for who in order:
+            print(f"round {index + 1}: {who} N={args.rounds_size} ...", flush=True)
+            if who == "ours":
+                runs[who] = run_size(args.rounds_size, plain)
+            else:
+                runs[who] = nack_bench.run_one(nack, "legacy", args.rounds_size, plain)
+            print(json.dumps(runs[who], default=str), flush=True)
+        rounds.append(runs)
+    return rounds
+
+
+def rounds_lines(rounds: list[dict[str, Any]], size: int) -> list[str]:
+    def cells(row: dict[str, Any], process: str) -> str:
+        if "failed" in row or "wall" not in row:
+            return f"failed: {row.get('failed', 'no figures')}"
+        cpu = row.get("cpu_converging") or {}
+        return (
+            f"{row['wall']:.1f} s / {row['ratio']:.2f}x / {row['apply_slowdown']:.2f}x / "
+            f"{cpu.get('kube-apiserver', 0.0):.1f}, {cpu.get(process, 0.0):.1f}"
+        )
+
+    lines = [
+        "",
+        f"Alternated rounds at N={size}, ours and NACK legacy, the order flipped every round, "
+        "fresh servers for each run:",
+        "",
+        "| round | ours: wall / ratio / applies slowed / CPU s kube-apiserver, operator | "
+        "NACK legacy: wall / ratio / applies slowed / CPU s kube-apiserver, NACK |",
+        "|---|---|---|",
+    ]
+    for index, runs in enumerate(rounds, 1):
+        lines.append(
+            f"| {index} ({'ours' if runs['first'] == 'ours' else 'NACK'} first) | "
+            f"{cells(runs['ours'], 'operator')} | {cells(runs['nack'], 'nack')} |"
+        )
+    both = [r for r in rounds if all("wall" in r[who] for who in ("ours", "nack"))]
+    if both:
+
+        def median(who: str, key: str) -> float:
+            return float(statistics.median(r[who][key] for r in both))
+
+        won = sum(r["ours"]["wall"] < r["nack"]["wall"] for r in both)
+        lines.append(
+            f"- medians over {len(both)} rounds: ours {median('ours', 'wall'):.1f} s "
+            f"({median('ours', 'ratio'):.2f}x, applies {median('ours', 'apply_slowdown'):.2f}x), "
+            f"NACK legacy {median('nack', 'wall'):.1f} s ({median('nack', 'ratio'):.2f}x, "
+            f"applies {median('nack', 'apply_slowdown'):.2f}x); ours faster in {won} of "
+            f"{len(both)}"
+        )
+    return lines
+
+
 def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Namespace) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in sorted(OPERATOR_ENV.items())) or "defaults"
     lines = [
@@ -1713,6 +1780,8 @@ def report(rows: list[dict[str, Any]], extras: dict[str, Any], args: argparse.Na
         )
     if "nack" in extras:
         lines += ["", extras["nack"]]
+    if "rounds" in extras:
+        lines += rounds_lines(extras["rounds"], args.rounds_size)
     return "\n".join(lines)
 
 
@@ -1759,6 +1828,13 @@ def main() -> int:
     parser.add_argument("--nack-modes", nargs="+", default=["legacy", "control-loop"])
     parser.add_argument("--nack-drift-samples", type=int, default=20)
     parser.add_argument("--nack-drift-timeout", type=float, default=90)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="alternated runs of ours and NACK legacy at --rounds-size, last (needs --nack-bin)",
+    )
+    parser.add_argument("--rounds-size", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per convergence")
     parser.add_argument(
         "--apiserver-profile",
@@ -1820,6 +1896,8 @@ def main() -> int:
         print(json.dumps(extras["busy"]), flush=True)
     if args.split:
         extras["split"] = run_split(args.split, args)
+    if args.rounds and args.nack_bin:
+        extras["rounds"] = alternated_rounds(args)
     if args.heap_size:
         extras["heap"] = heap(args.heap_size)
         print(json.dumps(extras["heap"]), flush=True)
