@@ -55,10 +55,11 @@ class EventObservers:
     a MODIFIED event, one in two of the events a burst brings. kopf decodes it, diffs it against
     the configuration it just stored, and finds nothing to do. Such an echo is plain, and kopf
     would do nothing with it, when it follows the patched event directly (no one else wrote in
-    between: their event would come first), carries the stored configuration (so kopf's diff is
-    empty and its creation handlers have run), holds no progress of a handler still to be
-    retried, and no deletion. Only kinds without kopf daemons, timers or indexes may be observed:
-    those read every event too."""
+    between: their event would come first), its patch stored a configuration (that of the
+    patched event, so kopf's diff is empty: a patch that stored none, such as kopf adding its
+    finalizer before running any handler, leaves the handlers to the echo), and it holds no
+    progress of a handler still to be retried and no deletion. Only kinds without kopf daemons,
+    timers or indexes may be observed: those read every event too."""
 
     group: str
     by_plural: Mapping[str, EventObserver]
@@ -71,20 +72,34 @@ class EventObservers:
             return None
         return self.by_plural.get(getattr(resource, "plural", None) or "")
 
-    def is_plain_echo(self, raw_event: Mapping[str, Any], patched_version: str | None) -> bool:
-        if patched_version is None or raw_event.get("type") != "MODIFIED":
+    def stored_configuration(self, raw_event: Mapping[str, Any]) -> Any:
+        """What kopf last stored of the resource's handled configuration, or None."""
+        stored: Any = raw_event.get("object")
+        for part in self.diffbase_field.split("."):
+            stored = stored.get(part) if isinstance(stored, Mapping) else None
+        return stored
+
+    def is_plain_echo(self, raw_event: Mapping[str, Any], patched: Patched | None) -> bool:
+        """Whether the event is the plain echo of `patched`, the previous event's patch."""
+        if patched is None or raw_event.get("type") != "MODIFIED":
             return False
-        body = raw_event.get("object") or {}
-        metadata = body.get("metadata") or {}
-        if metadata.get("resourceVersion") != patched_version or metadata.get("deletionTimestamp"):
+        metadata = (raw_event.get("object") or {}).get("metadata") or {}
+        if metadata.get("resourceVersion") != patched.version or metadata.get("deletionTimestamp"):
             return False
         progress = f"{self.progress_prefix}/"
         if any(key.startswith(progress) for key in metadata.get("annotations") or {}):
             return False
-        stored: Any = body
-        for part in self.diffbase_field.split("."):
-            stored = stored.get(part) if isinstance(stored, Mapping) else None
-        return stored is not None
+        stored = self.stored_configuration(raw_event)
+        return stored is not None and stored != patched.stored_before
+
+
+@dataclass(frozen=True)
+class Patched:
+    """kopf's patch after handling an event: the version it made, and the configuration kopf
+    had stored before it."""
+
+    version: str
+    stored_before: Any
 
 
 _observers: EventObservers | None = None
@@ -126,7 +141,7 @@ def streamline_workers() -> bool:
         **kwargs: Any,
     ) -> None:
         resource = key[0] if isinstance(key, tuple) and key else None
-        patched: str | None = None  # what handling the previous event patched, if anything
+        patched: Patched | None = None  # by handling the previous event, if it patched
 
         async def process(*, raw_event: Any, **more: Any) -> str | None:
             nonlocal patched
@@ -140,10 +155,13 @@ def streamline_workers() -> bool:
                 if observers.is_plain_echo(raw_event, patched):
                     patched = None
                     return None
-            patched = await processor(raw_event=raw_event, **more)
+            version = await processor(raw_event=raw_event, **more)
+            patched = None
+            if version is not None and observers and observer:
+                patched = Patched(version, observers.stored_configuration(raw_event))
             if raw_event.get("type") == "DELETED" and key in streams:
                 streams[key].backlog.put_nowait(end_of_stream)
-            return patched
+            return version
 
         await original(processor=process, streams=streams, key=key, **kwargs)
 

@@ -110,6 +110,14 @@ class Resources:
             )
         )
 
+    def replace(self, plural: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Write the whole object, as `kubectl replace` does: what `body` lacks is gone."""
+        return json_body(
+            self.api.replace_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, plural, name, body, field_validation="Strict"
+            )
+        )
+
     def annotate(self, plural: str, name: str, annotations: dict[str, str | None]) -> None:
         """Set annotations (None removes one), as `kubectl annotate` does."""
         self.api.patch_namespaced_custom_object(

@@ -3,6 +3,7 @@ stream in the real nats-server, follows spec changes, and goes away with its res
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from nats.aio.client import Client
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
+from .conftest import operator_variant
 from .helpers import Resources, condition, eventually, is_ready, stream_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -77,6 +79,44 @@ async def test_patched_limit_reaches_the_server(
         )
 
     await eventually(observed)
+
+
+@pytest.fixture
+def operator_with_slow_resync(operator_process: OperatorProcess) -> Iterator[None]:
+    """Resources looked at again only every ten minutes: anything faster came from an event."""
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_RESYNC_INTERVAL="600"):
+        yield
+
+
+@pytest.mark.usefixtures("operator_with_slow_resync")
+async def test_replaced_without_the_finalizer_the_new_spec_is_applied(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    """`kubectl replace` of a manifest drops the finalizer while it changes the spec. kopf's
+    first pass only puts the finalizer back, and the change is handled on that write's echo,
+    which the operator must not keep from kopf (queueing.EventObservers)."""
+    stream = f"S_{namespace}".replace("-", "_")
+    resources.create("streams", stream_manifest("replaced", stream, maxMsgs=10))
+
+    async def ready_at(generation: int) -> dict[str, Any] | None:
+        resource = resources.get("streams", "replaced")
+        if not is_ready(resource) or resource is None:
+            return None
+        if resource["status"].get("observedGeneration") != generation:
+            return None
+        return resource if resource["metadata"].get("finalizers") else None
+
+    body = await eventually(lambda: ready_at(1))
+    body["metadata"].pop("finalizers")
+    body["spec"]["maxMsgs"] = 25
+    resources.replace("streams", "replaced", body)
+
+    async def has_limit(limit: int) -> bool:
+        config = await server_config(nc, stream)
+        return config is not None and config["max_msgs"] == limit
+
+    await eventually(lambda: has_limit(25))
+    await eventually(lambda: ready_at(2))
 
 
 async def test_deleted_resource_removes_stream_and_finalizer(
