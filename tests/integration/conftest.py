@@ -88,6 +88,13 @@ def operator_without_advisories(operator_process: OperatorProcess) -> Iterator[O
 
 
 @pytest.fixture
+def operator_with_slow_resync(operator_process: OperatorProcess) -> Iterator[OperatorProcess]:
+    """Resources looked at again only every ten minutes: anything faster came from an event."""
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_RESYNC_INTERVAL="600") as process:
+        yield process
+
+
+@pytest.fixture
 def operator_read_only(operator_process: OperatorProcess) -> Iterator[OperatorProcess]:
     with operator_variant(operator_process, JETSTREAM_OPERATOR_READ_ONLY="true") as process:
         yield process

@@ -3,7 +3,6 @@ stream in the real nats-server, follows spec changes, and goes away with its res
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +11,6 @@ from nats.aio.client import Client
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .conftest import operator_variant
 from .helpers import Resources, condition, eventually, is_ready, stream_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
@@ -79,13 +77,6 @@ async def test_patched_limit_reaches_the_server(
         )
 
     await eventually(observed)
-
-
-@pytest.fixture
-def operator_with_slow_resync(operator_process: OperatorProcess) -> Iterator[None]:
-    """Resources looked at again only every ten minutes: anything faster came from an event."""
-    with operator_variant(operator_process, JETSTREAM_OPERATOR_RESYNC_INTERVAL="600"):
-        yield
 
 
 @pytest.mark.usefixtures("operator_with_slow_resync")
