@@ -99,6 +99,13 @@ EVENTS_DEFERRED_SECONDS = Counter(
     registry=REGISTRY,
 )
 
+WATCH_ECHOES_SKIPPED = Counter(
+    "jetstream_operator_watch_echoes_skipped",
+    "Watch events kept from kopf: the echoes of its own status writes after its handlers ran, "
+    "in which it would find nothing to do (the registries still read them).",
+    registry=REGISTRY,
+)
+
 EVENTS_FAILED = Counter(
     "jetstream_operator_events_failed",
     "Kubernetes Events whose posting failed, by what followed: retried (the API server was "

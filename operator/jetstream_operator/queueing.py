@@ -23,6 +23,8 @@ from typing import Any
 
 import kopf
 
+from .metrics import WATCH_ECHOES_SKIPPED
+
 WORKER_IDLE_TIMEOUT = 0.1
 """Seconds kopf keeps an object's worker after its last event (kopf's default is 5 s). Under
 a worker limit, that idle time holds a place another resource is queued for; without one,
@@ -154,11 +156,13 @@ def streamline_workers() -> bool:
                     log.exception("Observing an event of %s failed", resource)
                 if observers.is_plain_echo(raw_event, patched):
                     patched = None
+                    WATCH_ECHOES_SKIPPED.inc()
                     return None
+            stored = observers.stored_configuration(raw_event) if observers and observer else None
             version = await processor(raw_event=raw_event, **more)
             patched = None
-            if version is not None and observers and observer:
-                patched = Patched(version, observers.stored_configuration(raw_event))
+            if version is not None and observer is not None:
+                patched = Patched(version, stored)
             if raw_event.get("type") == "DELETED" and key in streams:
                 streams[key].backlog.put_nowait(end_of_stream)
             return version

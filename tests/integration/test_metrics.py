@@ -89,6 +89,10 @@ async def test_metrics_follow_reconciles_and_repairs(
         > 0
     )
     assert value(after, 'jetstream_operator_resources{kind="Stream",ready="True"}') >= 1
+    # The echo of the first status write never reached kopf (queueing.EventObservers).
+    assert value(after, "jetstream_operator_watch_echoes_skipped_total") > value(
+        before, "jetstream_operator_watch_echoes_skipped_total"
+    )
     assert value(after, 'jetstream_operator_connection_up{connection="default"}') == 1
     log_line = operator_process.tail(200).splitlines()[-1]
     assert log_line.startswith("{"), "JSON log format was asked for"
