@@ -261,3 +261,54 @@ async def test_a_pass_that_made_nothing_is_counted_but_adds_nothing() -> None:
     assert arrivals.end(arrivals.begin("ORDERS", "refused"), made=False) is True
     assert arrivals.end(arrivals.begin("ORDERS", "made"), made=True) is True
     assert await asyncio.wait_for(gathering, 1) == 1
+
+
+async def test_a_stream_waiting_out_a_long_burst_stays_announced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a worker limit a consumer's pass may begin only when the burst ends, more than
+    RECENT seconds after its stream was made. The stream's handler is still waiting for it
+    then, so the announcement and the reply hold: the consumer neither waits out its timeout
+    (a minute, while no Stream resource has a status yet) nor looks at the stream."""
+    monkeypatch.setattr(arrivals_module, "RECENT", 0.05)
+    arrivals = StreamArrivals()
+    reply = {"config": {"name": "ORDERS"}}
+    burst_over = asyncio.Event()
+    gathering = asyncio.create_task(
+        arrivals.created(
+            "ORDERS",
+            lambda: {"queued"},
+            timeout=5,
+            start_within=1,
+            first=burst_over.wait,
+            connection=("team", "east"),
+            reply=reply,
+        )
+    )
+    await asyncio.sleep(0.1)  # longer than RECENT
+    assert arrivals.created_reply(("team", "east"), "ORDERS") is reply
+    assert arrivals.created_reply(None, "ORDERS") is None  # another connection's stream
+    burst_over.set()
+    made: list[str] = []
+    started = time.monotonic()
+    assert await consumer_pass(arrivals, "ORDERS", "queued", made) is True
+    assert time.monotonic() - started < 1.0
+    assert await asyncio.wait_for(gathering, 1) == 1
+    # The handler is done: the announcement is old, and the reply forgotten.
+    assert arrivals.created_reply(("team", "east"), "ORDERS") is None
+    assert await arrivals.wait("ORDERS", timeout=0.01) is False
+
+
+async def test_a_later_pass_on_a_gathering_stream_drops_its_reply() -> None:
+    arrivals = StreamArrivals()
+    reply = {"config": {"name": "ORDERS"}}
+    gathering = asyncio.create_task(
+        arrivals.created("ORDERS", lambda: {"c"}, timeout=5, start_within=1, reply=reply)
+    )
+    await asyncio.sleep(0.01)
+    arrivals._replies.clear()  # as when RECENT has passed
+    assert arrivals.created_reply(None, "ORDERS") is reply
+    arrivals.forget_reply(None, "ORDERS")
+    assert arrivals.created_reply(None, "ORDERS") is None
+    arrivals.end(arrivals.begin("ORDERS", "c"))
+    await asyncio.wait_for(gathering, 1)

@@ -4,9 +4,9 @@ A Consumer applied together with its Stream usually reaches its handler before t
 in NATS. Reporting StreamNotFound there costs a status write and a later pass to fix it; waiting
 a moment for the stream's own handler to announce the creation costs neither. The announcement
 carries what a consumer plans with from the server's reply to the creation, per connection, for
-RECENT seconds or until another pass on the stream: a consumer takes it for its look at the
-stream (a request each in a burst), and its create's refusal, should the reply be out of date,
-brings the look after all.
+RECENT seconds, or longer while the stream's handler still waits for its consumers, until another
+pass on the stream: a consumer takes it for its look at the stream (a request each in a burst),
+and its create's refusal, should the reply be out of date, brings the look after all.
 
 The stream's handler then waits, briefly, for the consumer passes on it: the stream's first
 status counts what they made, where each of those consumers would otherwise write the stream's
@@ -45,11 +45,15 @@ class ConsumerPass:
 
 
 class Gathering:
-    """A new stream's handler waiting for the consumer passes on it (`StreamArrivals.created`)."""
+    """A new stream's handler waiting for the consumer passes on it (`StreamArrivals.created`).
+    Its announcement and reply hold while it waits, however long a burst lasts: the consumers
+    queued behind the burst's workers begin their passes only then."""
 
-    __slots__ = ("counted", "done", "expected", "made", "moved")
+    __slots__ = ("connection", "counted", "done", "expected", "made", "moved", "reply")
 
-    def __init__(self) -> None:
+    def __init__(self, connection: Hashable, reply: Mapping[str, Any] | None) -> None:
+        self.connection = connection
+        self.reply = reply
         self.expected: set[str] = set()
         """The passes waited for."""
         self.done = asyncio.Event()
@@ -113,18 +117,28 @@ class StreamArrivals:
     def forget_reply(self, connection: Hashable, stream: str) -> None:
         """A later pass may have changed the stream: consumers look at it again."""
         self._replies.pop((connection, stream), None)
+        gathering = self._gatherings.get(stream)
+        if gathering is not None and gathering.connection == connection:
+            gathering.reply = None
 
     def created_reply(self, connection: Hashable, stream: str) -> Mapping[str, Any] | None:
-        """The reply to this process's creation of the stream on the connection, if recent: a
-        new consumer takes its config (the consumer limits) for a look at the stream."""
+        """The reply to this process's creation of the stream on the connection, if recent or
+        its handler is still gathering: a new consumer takes its config (the consumer limits)
+        for a look at the stream."""
         entry = self._replies.get((connection, stream))
-        if entry is None or time.monotonic() - entry[0] > RECENT:
-            return None
-        return entry[1]
+        if entry is not None and time.monotonic() - entry[0] <= RECENT:
+            return entry[1]
+        gathering = self._gatherings.get(stream)
+        if gathering is not None and gathering.connection == connection:
+            return gathering.reply
+        return None
 
     async def wait(self, stream: str, timeout: float) -> bool:
-        """Whether the stream was announced lately or within the timeout. Streams are named
-        without their connection, so True only means 'look again', never 'it exists'."""
+        """Whether the stream was announced lately (or its handler is still gathering) or
+        within the timeout. Streams are named without their connection, so True only means
+        'look again', never 'it exists'."""
+        if stream in self._gatherings:
+            return True
         announced = self._announced.get(stream)
         if announced is not None and time.monotonic() - announced <= RECENT:
             return True
@@ -207,7 +221,7 @@ class StreamArrivals:
         uncounted = bool(self._ended_on(stream))
         if stream in self._gatherings:
             return None if uncounted else 0
-        gathering = Gathering()
+        gathering = Gathering(connection, reply)
         self._gatherings[stream] = gathering
         expected, done, counted, moved = (
             gathering.expected,
