@@ -26,3 +26,23 @@ def test_young_collections_are_rarer_and_the_older_generations_keep_their_ratios
     collect_garbage_less_often()
     assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, 7, 9)
     assert gc.isenabled()
+
+
+def test_the_operator_started_by_the_cli_runs_with_those_thresholds() -> None:
+    """`jetstream-operator run` sets them before kopf starts; kopf.run is swapped for a probe
+    in a child process, so nothing connects anywhere."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import gc, json, kopf; from jetstream_operator import cli; "
+        "kopf.run = lambda **_: print(json.dumps(gc.get_threshold())); "
+        "raise SystemExit(cli.main(['run']))"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert finished.returncode == 0, finished.stderr
+    young, _, _ = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert young == YOUNG_COLLECTION_THRESHOLD
