@@ -18,7 +18,7 @@ from .api.status import LAST_HANDLED_FIELD
 from .handlers import connection as connection_handlers
 from .handlers import consumer as consumer_handlers
 from .handlers import stream as stream_handlers
-from .handlers.arrivals import StreamArrivals
+from .handlers.arrivals import ANNOUNCED_FOR, StreamArrivals
 from .handlers.connections import ConnectionDirectory, WatcherSet
 from .handlers.consumer import StreamArrival
 from .handlers.drift import DriftWatcher, WatchSettings
@@ -550,6 +550,11 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
     async def finalize(
         spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **kwargs: Any
     ) -> None:
+        declared = kind.stream_name(spec)
+        if declared:
+            arrivals: StreamArrivals = memo.arrivals
+            arrivals.forget(declared)  # its creation no longer tells a new consumer to look
+
         async def work(
             jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
         ) -> Result:
@@ -595,7 +600,7 @@ def serve_events(by_workers: bool) -> None:
 STREAM_ARRIVAL_TIMEOUT = 5.0
 """How long a new consumer waits for its stream's creation before reporting StreamNotFound."""
 
-NEW_STREAM_ARRIVAL_TIMEOUT = 60.0
+NEW_STREAM_ARRIVAL_TIMEOUT = ANNOUNCED_FOR
 """The same while no Stream resource declaring it has a status yet: its handler is still to come
 (queued behind the workers of a burst, or waiting for the burst to end), and will create it."""
 

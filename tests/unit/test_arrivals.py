@@ -247,7 +247,9 @@ def test_what_is_remembered_of_ended_passes_and_announcements_expires(
     arrivals.end(arrivals.begin("LAST", "last"))
     assert arrivals._ended_on("S1") == set()
     assert set(arrivals._ended_by_stream) == {"LAST"}
-    assert set(arrivals._announced) == {"LAST"}
+    now[0] += arrivals_module.ANNOUNCED_FOR - arrivals_module.RECENT
+    arrivals.announce("NEXT")
+    assert set(arrivals._announced) == {"LAST", "NEXT"}
 
 
 async def test_a_pass_that_made_nothing_is_counted_but_adds_nothing() -> None:
@@ -294,9 +296,8 @@ async def test_a_stream_waiting_out_a_long_burst_stays_announced(
     assert await consumer_pass(arrivals, "ORDERS", "queued", made) is True
     assert time.monotonic() - started < 1.0
     assert await asyncio.wait_for(gathering, 1) == 1
-    # The handler is done: the announcement is old, and the reply forgotten.
+    # The handler is done: the reply is old, so a later consumer looks at the stream.
     assert arrivals.created_reply(("team", "east"), "ORDERS") is None
-    assert await arrivals.wait("ORDERS", timeout=0.01) is False
 
 
 async def test_a_later_pass_on_a_gathering_stream_drops_its_reply() -> None:
@@ -312,3 +313,22 @@ async def test_a_later_pass_on_a_gathering_stream_drops_its_reply() -> None:
     assert arrivals.created_reply(None, "ORDERS") is None
     arrivals.end(arrivals.begin("ORDERS", "c"))
     await asyncio.wait_for(gathering, 1)
+
+
+async def test_an_announcement_counts_as_long_as_a_consumer_would_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer whose pass begins late, after its stream's handler stopped waiting for it
+    but before the stream reports a status, looks at once instead of waiting a minute for a
+    stream already made; once the stream's resource is being deleted, it waits again."""
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    arrivals = StreamArrivals()
+    arrivals.announce("ORDERS")
+    now[0] += arrivals_module.ANNOUNCED_FOR - 1
+    assert await arrivals.wait("ORDERS", timeout=5) is True
+    arrivals.forget("ORDERS")
+    monkeypatch.undo()  # asyncio's timeout needs the real clock
+    assert await arrivals.wait("ORDERS", timeout=0.01) is False
+    arrivals.announce("ORDERS")
+    assert await arrivals.wait("ORDERS", timeout=0.01) is True

@@ -31,7 +31,14 @@ from typing import Any, TypeVar
 logger = logging.getLogger(__name__)
 
 RECENT = 10.0
-"""An announcement this recent also counts, for a consumer that looked just before it."""
+"""A creation's reply this recent serves a consumer's look at the stream; a pass that ended this
+recently is one a new stream's first status need not wait for."""
+
+ANNOUNCED_FOR = 60.0
+"""How long an announcement counts, for a consumer that looked just before it or whose pass
+begins late: as long as a consumer waits for a stream no Stream resource has reported on yet
+(main.NEW_STREAM_ARRIVAL_TIMEOUT), so none waits that long for a stream made before its wait.
+`forget` ends it early when the stream's resource is deleted."""
 
 
 class ConsumerPass:
@@ -106,13 +113,18 @@ class StreamArrivals:
         creation's reply, consumers on that connection take the reply for their look at it."""
         now = time.monotonic()
         _renew(self._announced, stream, now)
-        _forget_older(self._announced, now - RECENT, lambda when: when)
+        _forget_older(self._announced, now - ANNOUNCED_FOR, lambda when: when)
         if reply is not None:
             _renew(self._replies, (connection, stream), (now, reply))
         _forget_older(self._replies, now - RECENT, lambda entry: entry[0])
         event = self._events.pop(stream, None)
         if event is not None:
             event.set()
+
+    def forget(self, stream: str) -> None:
+        """The stream's resource is being deleted: a consumer applied now waits for its next
+        creation rather than look at once."""
+        self._announced.pop(stream, None)
 
     def forget_reply(self, connection: Hashable, stream: str) -> None:
         """A later pass may have changed the stream: consumers look at it again."""
@@ -140,7 +152,7 @@ class StreamArrivals:
         if stream in self._gatherings:
             return True
         announced = self._announced.get(stream)
-        if announced is not None and time.monotonic() - announced <= RECENT:
+        if announced is not None and time.monotonic() - announced <= ANNOUNCED_FOR:
             return True
         # An event left by a timeout is reused by the next waiter and dropped by the next
         # announce, so there is at most one per stream name.
