@@ -271,8 +271,10 @@ async def test_a_stream_waiting_out_a_long_burst_stays_announced(
     """Under a worker limit a consumer's pass may begin only when the burst ends, more than
     RECENT seconds after its stream was made. The stream's handler is still waiting for it
     then, so the announcement and the reply hold: the consumer neither waits out its timeout
-    (a minute, while no Stream resource has a status yet) nor looks at the stream."""
+    (a minute, while no Stream resource has a status yet) nor looks at the stream, even
+    when the burst outlasts ANNOUNCED_FOR too."""
     monkeypatch.setattr(arrivals_module, "RECENT", 0.05)
+    monkeypatch.setattr(arrivals_module, "ANNOUNCED_FOR", 0.05)
     arrivals = StreamArrivals()
     reply = {"config": {"name": "ORDERS"}}
     burst_over = asyncio.Event()
