@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import kopf
 
@@ -450,7 +450,15 @@ async def _handle(
     )
 
 
-def _serve_stream_backed(kind: StreamBackedKind) -> None:
+class StreamBackedHandlers(NamedTuple):
+    """The handlers registered with kopf for one kind holding a stream (coroutine functions,
+    typed as kopf's decorators return them)."""
+
+    reconcile: Callable[..., Any]
+    finalize: Callable[..., Any]
+
+
+def _serve_stream_backed(kind: StreamBackedKind) -> StreamBackedHandlers:
     """Register the handlers of one kind holding a stream. One shape serves Stream, KeyValue
     and ObjectStore; the kind only says how its spec becomes a stream."""
     plural = kind.resource.plural
@@ -564,9 +572,11 @@ def _serve_stream_backed(kind: StreamBackedKind) -> None:
 
         await handle(work, True, spec, meta, status, memo, kwargs)
 
+    return StreamBackedHandlers(reconcile, finalize)
 
-for _kind in STREAM_BACKED:
-    _serve_stream_backed(_kind)
+
+STREAM_BACKED_HANDLERS = {kind.resource.kind: _serve_stream_backed(kind) for kind in STREAM_BACKED}
+"""By kind (Stream, KeyValue, ObjectStore)."""
 
 
 def _observed(memo: kopf.Memo) -> dict[str, ResourceRegistry]:
