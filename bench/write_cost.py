@@ -153,32 +153,30 @@ def policy_for(crd: dict[str, Any]) -> list[dict[str, Any]]:
 
 def refused_by_policy(api: Any, crd: dict[str, Any], within: float = 30.0) -> None:
     """Wait until the policy refuses an invalid object of the CRD: it takes effect once
-    kube-apiserver's informer has it, and a policy that refuses nothing would measure nothing."""
+    kube-apiserver's informer has it, and a policy that refuses nothing would measure nothing.
+    Only a refusal naming the policy counts; any other error ends the run."""
     objects = client.CustomObjectsApi(api)
     group, version = crd["spec"]["group"], crd["spec"]["versions"][0]["name"]
     plural, kind = crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"]
-    deadline = time.monotonic() + within
-    for attempt in range(1000):
+    deadline, attempt = time.monotonic() + within, 0
+    while time.monotonic() < deadline:
+        name = f"invalid-{attempt}"
         body = {
             "apiVersion": f"{group}/{version}",
             "kind": kind,
-            "metadata": {"name": f"invalid-{attempt}"},
+            "metadata": {"name": name},
             "spec": INVALID[kind],
         }
         try:
             objects.create_namespaced_custom_object(group, version, "default", plural, body)
         except client.ApiException as error:
-            if error.status == 422 or "ValidatingAdmissionPolicy" in str(error.body):
-                print(
-                    f"policy in effect: {json.loads(error.body or '{}').get('message')}", flush=True
-                )
-                return
-            raise
-        objects.delete_namespaced_custom_object(
-            group, version, "default", plural, body["metadata"]["name"]
-        )
-        if time.monotonic() > deadline:
-            raise SystemExit("the policy refused nothing")
+            if "ValidatingAdmissionPolicy" not in str(error.body):
+                raise
+            message = json.loads(error.body or "{}").get("message")
+            print(f"policy in effect: {message}", flush=True)
+            return
+        objects.delete_namespaced_custom_object(group, version, "default", plural, name)
+        attempt += 1
         time.sleep(0.5)
     raise SystemExit("the policy refused nothing")
 
