@@ -48,7 +48,6 @@ import nats
 from kubernetes import client, config, watch
 
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv import admission
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.figures import apiserver_writes as served_writes
@@ -58,7 +57,7 @@ from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
 from jetstream_operator.handlers.status_writes import StatusBudget
-from jetstream_operator.k8s.crds import apply_crds
+from jetstream_operator.k8s.crds import install_api
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.settings import OperatorSettings
 
@@ -435,7 +434,7 @@ class Bench:
         self.api = config.new_client_from_config(  # type: ignore[no-untyped-call]
             str(self.plane.kubeconfig)
         )
-        apply_crds(self.api, all_crds())
+        install_api(self.api)
         self.objects = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
         if self.admission_finalizer:

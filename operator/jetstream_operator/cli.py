@@ -135,13 +135,12 @@ def _dev(args: argparse.Namespace) -> int:
     if args.action == "up":
         from kubernetes import config
 
-        from .api.crdgen import all_crds
-        from .k8s.crds import apply_crds
+        from .k8s.crds import install_api
 
         context = Path(args.image_context) if args.node else None
         state = environment.up(state_dir, with_cluster=args.cluster, node_image_context=context)
         api_client = config.new_client_from_config(str(state.kubeconfig))  # type: ignore[no-untyped-call]
-        apply_crds(api_client, all_crds())
+        install_api(api_client)
         print(f"export KUBECONFIG={state.kubeconfig.resolve()}")
         print(f"export NATS_URL={state.nats_url}")
         print(f"export JETSTREAM_OPERATOR_NATS_URL={state.nats_url}")

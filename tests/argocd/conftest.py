@@ -19,11 +19,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv import argocd as argocd_env
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import apply_crds
+from jetstream_operator.k8s.crds import install_api
 from tests.conftest import TARGET
 from tests.delivery.helpers import CHART, ROOT, new_client, operator_running
 from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name)
@@ -53,7 +52,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture(scope="package")
 def api_client(kubeconfig: Path) -> client.ApiClient:
     api = new_client(kubeconfig)
-    apply_crds(api, all_crds())
+    install_api(api)
     return api
 
 

@@ -21,11 +21,10 @@ import nats
 import yaml
 from kubernetes import client
 
-from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import apply_crds
+from jetstream_operator.k8s.crds import install_api
 
 from .helpers import GROUP, new_client
 
@@ -108,7 +107,7 @@ def capture(workdir: Path, out: Path) -> None:
     server.start()
     try:
         api = new_client(plane.kubeconfig)
-        apply_crds(api, all_crds())
+        install_api(api)
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata={"name": NAMESPACE}))
         asyncio.run(_unowned_stream(server.url))
         take = Capture(api, out)

@@ -30,7 +30,7 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name
     resources,
 )
 
-from .helpers import CHART, CHART_CRDS, Helm, NatsTarget, new_client, run
+from .helpers import CHART, CHART_CRDS, Helm, NatsTarget, crd_paths, new_client, run
 
 CLUSTER_RELEASE = "jso"
 CLUSTER_RELEASE_NAMESPACE = "jso-system"
@@ -56,7 +56,7 @@ class Release:
 
 
 def crd_names() -> list[str]:
-    return sorted(path.name.removesuffix(".yaml") for path in CHART_CRDS.glob("*.yaml"))
+    return sorted(path.name.removesuffix(".yaml") for path in crd_paths(CHART_CRDS))
 
 
 @pytest.fixture(scope="package")

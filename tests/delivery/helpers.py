@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import yaml
 from kubernetes import client
 
+from jetstream_operator.api.crdgen import POLICY_SUFFIX
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import KUBERNETES_VERSION
 from tests.integration.conftest import SESSION_OPERATOR_ENV, operator_variant
@@ -26,6 +27,15 @@ CHART = ROOT / "charts" / "jetstream-operator"
 CHART_CRDS = CHART / "files" / "crds"
 CRDS = ROOT / "crds"
 GROUP = "jetstream-operator.io"
+
+
+def crd_paths(directory: Path) -> list[Path]:
+    """The CRD files of crds/ or its chart copy, without the policy files beside them."""
+    return sorted(p for p in directory.glob("*.yaml") if not p.name.endswith(POLICY_SUFFIX))
+
+
+def policy_paths(directory: Path) -> list[Path]:
+    return sorted(directory.glob(f"*{POLICY_SUFFIX}"))
 
 
 class ApiServer(Protocol):

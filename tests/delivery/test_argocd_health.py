@@ -18,7 +18,7 @@ from jetstream_operator.devenv.argocd import argocd_binary
 from jetstream_operator.devenv.argocd import built as argocd_built
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 
-from .helpers import CRDS, GROUP, ROOT, run
+from .helpers import CRDS, GROUP, ROOT, crd_paths, run
 from .lua import HEALTH_LUA, argocd_health
 
 FIXTURES = Path(__file__).parent / "fixtures" / "argocd"
@@ -119,7 +119,7 @@ def test_status_without_conditions_is_progressing() -> None:
 
 def _kinds() -> list[str]:
     return sorted(
-        yaml.safe_load(path.read_text())["spec"]["names"]["kind"] for path in CRDS.glob("*.yaml")
+        yaml.safe_load(path.read_text())["spec"]["names"]["kind"] for path in crd_paths(CRDS)
     )
 
 

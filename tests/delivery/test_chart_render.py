@@ -14,7 +14,19 @@ from jetstream_operator.k8s.peering import PEERING_GROUP, peering_crds
 from jetstream_operator.settings import OperatorSettings
 
 from .conftest import ensure_namespace
-from .helpers import CHART, CHART_CRDS, CRDS, ROOT, Helm, container_env, find, one, run
+from .helpers import (
+    CHART,
+    CHART_CRDS,
+    CRDS,
+    ROOT,
+    Helm,
+    container_env,
+    crd_paths,
+    find,
+    one,
+    policy_paths,
+    run,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +75,7 @@ def test_helm_lint_is_clean(helm: Helm, values: dict[str, str]) -> None:
 def test_rendered_crds_are_the_files_plus_the_keep_policy(helm: Helm) -> None:
     files = {
         doc["metadata"]["name"]: doc
-        for doc in (yaml.safe_load(path.read_text()) for path in CHART_CRDS.glob("*.yaml"))
+        for doc in (yaml.safe_load(path.read_text()) for path in crd_paths(CHART_CRDS))
     }
     kept = find(helm.render(), "CustomResourceDefinition")
     assert {crd["metadata"]["name"] for crd in kept} == set(files)
@@ -426,13 +438,38 @@ def test_chart_peering_crds_are_the_ones_tests_and_dev_install(helm: Helm) -> No
     assert chart == {crd["metadata"]["name"]: crd for crd in peering_crds()}
 
 
-def test_chart_needs_kubernetes_1_25_for_the_crds_cel_rules(helm: Helm) -> None:
-    crds = "\n".join(path.read_text() for path in CHART_CRDS.glob("*.yaml"))
-    assert "x-kubernetes-validations" in crds  # the reason for the floor
-    old = helm.template(None, "--kube-version", "v1.24.17")
+def test_chart_needs_kubernetes_1_30_for_the_crds_admission_policies(helm: Helm) -> None:
+    policies = "\n".join(path.read_text() for path in policy_paths(CHART_CRDS))
+    assert "apiVersion: admissionregistration.k8s.io/v1\n" in policies  # the reason for the floor
+    old = helm.template(None, "--kube-version", "v1.29.15")
     assert old.returncode != 0
-    assert "chart requires kubeVersion: >=1.25.0-0" in old.stderr
-    assert helm.template(None, "--kube-version", "v1.25.0").returncode == 0
+    assert "chart requires kubeVersion: >=1.30.0-0" in old.stderr
+    assert helm.template(None, "--kube-version", "v1.30.0").returncode == 0
+
+
+def test_rendered_policies_are_the_files_and_go_with_the_crds(helm: Helm) -> None:
+    """A CRD without its policy would admit what the rules refuse; both follow crds.keep."""
+    files = {
+        (doc["kind"], doc["metadata"]["name"]): doc
+        for path in policy_paths(CHART_CRDS)
+        for doc in yaml.safe_load_all(path.read_text())
+    }
+    assert len(files) == 2 * len(crd_paths(CHART_CRDS))
+    for values, kept in (({}, True), ({"crds.keep": "false"}, False)):
+        objects = helm.render(values)
+        rendered = {
+            (doc["kind"], doc["metadata"]["name"]): doc
+            for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+            for doc in find(objects, kind)
+        }
+        assert set(rendered) == set(files)
+        for key, doc in rendered.items():
+            annotations = doc["metadata"].pop("annotations", {})
+            assert annotations == ({"helm.sh/resource-policy": "keep"} if kept else {})
+            assert doc == files[key]
+    without = helm.render({"crds.enabled": "false"})
+    assert not find(without, "ValidatingAdmissionPolicy")
+    assert not find(without, "CustomResourceDefinition")
 
 
 def _mebibytes(quantity: str) -> float:
@@ -508,7 +545,7 @@ def test_peering_without_helm_hook_or_lookup(helm: Helm) -> None:
 def test_aggregated_roles_cover_every_kind(helm: Helm) -> None:
     plurals = sorted(
         yaml.safe_load(path.read_text())["spec"]["names"]["plural"]
-        for path in CHART_CRDS.glob("*.yaml")
+        for path in crd_paths(CHART_CRDS)
     )
     objects = helm.render()
     view = one(objects, "ClusterRole", "jso-jetstream-operator-view")

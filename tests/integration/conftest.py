@@ -13,10 +13,9 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.api.crdgen import all_crds
 from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
 from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import apply_crds
+from jetstream_operator.k8s.crds import install_api
 from tests.conftest import TARGET
 from tests.support.targets import ExistingNats
 
@@ -30,7 +29,7 @@ CLUSTER_NAMESPACE_PREFIX = "cl"
 @pytest.fixture(scope="session")
 def api_client(kubeconfig: Path) -> client.ApiClient:
     api = new_client(kubeconfig)
-    apply_crds(api, all_crds())
+    install_api(api)
     return api
 
 

@@ -278,6 +278,8 @@ def _apply(resources: Resources, plural: str, kind: str, spec: dict[str, Any]) -
     except ApiException as error:
         assert error.status in (400, 422), error.body
         assert "spec" in (error.body or ""), "a refusal names the field"
+        # A policy expression that fails to evaluate refuses too, without saying why.
+        assert "resulted in error" not in (error.body or ""), error.body
         return None
     return name
 

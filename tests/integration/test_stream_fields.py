@@ -176,10 +176,11 @@ def test_immutable_change_is_refused_at_admission(
     assert message in (refused.value.body or "")
 
 
-def test_a_flag_that_cannot_be_turned_off_is_refused_on_its_own_field(
+def test_a_flag_that_cannot_be_turned_off_is_refused_naming_its_field(
     resources: Resources, namespace: str
 ) -> None:
-    """The rule sits on the field (api/celcost.py): the error names spec.denyDelete."""
+    """The rule is in the Stream's admission policy (api/policygen.py), whose refusals carry no
+    field path: the message names spec.denyDelete itself."""
     base = namespace.replace("-", "_").upper()
     spec = {"name": base, "denyDelete": True}
     resources.create("streams", {"kind": "Stream", "metadata": {"name": "kept"}, "spec": spec})
@@ -188,12 +189,11 @@ def test_a_flag_that_cannot_be_turned_off_is_refused_on_its_own_field(
         resources.patch_spec("streams", "kept", {"denyDelete": False})
     assert refused.value.status == 422
     body = json.loads(refused.value.body or "{}")
-    causes = body["details"]["causes"]
-    assert [(c["field"], c["message"]) for c in causes] == [
-        (
-            "spec.denyDelete",
-            'Invalid value: "boolean": spec.denyDelete cannot be turned off once on',
-        )
+    assert body["reason"] == "Invalid"
+    assert [cause["message"] for cause in body["details"]["causes"]] == [
+        "ValidatingAdmissionPolicy 'streams.jetstream-operator.io' with binding "
+        "'streams.jetstream-operator.io' denied request: "
+        "spec.denyDelete cannot be turned off once on"
     ]
 
 

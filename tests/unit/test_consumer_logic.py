@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from jetstream_operator.api.consumer import ConsumerSpec
-from jetstream_operator.api.crdgen import all_crds
+from jetstream_operator.api.crdgen import validated_spec_schema
+from jetstream_operator.api.kinds import CONSUMER
 from jetstream_operator.handlers.consumer import planning_view
 from jetstream_operator.reconcile.consumer_config import (
     DEFAULT_ACK_WAIT_NS,
@@ -278,9 +279,8 @@ def test_retention_defaults_to_delete_and_honours_nack_prevent_delete() -> None:
 
 
 def _spec_schema() -> dict[str, Any]:
-    crd = next(c for c in all_crds() if c["spec"]["names"]["kind"] == "Consumer")
-    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return dict(schema["properties"]["spec"])
+    """The spec with its rules, as they go into the Consumer's admission policy."""
+    return validated_spec_schema(CONSUMER)
 
 
 def _crd_rules() -> list[dict[str, str]]:

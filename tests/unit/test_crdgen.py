@@ -14,7 +14,21 @@ from jetstream_operator.api.celcost import (
     only_field_read,
     without_presence_tests,
 )
-from jetstream_operator.api.crdgen import all_crds, crd_files
+from jetstream_operator.api.crdgen import (
+    POLICY_SUFFIX,
+    all_crds,
+    crd_files,
+    policy_for,
+    validated_spec_schema,
+)
+from jetstream_operator.api.kinds import ALL_KINDS
+from jetstream_operator.api.policygen import (
+    RULES,
+    admission_policy,
+    policy_expression,
+    rules_by_path,
+    validation_for,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,8 +70,98 @@ def test_every_spec_field_has_a_description() -> None:
 
 
 def test_rendered_yaml_parses_back() -> None:
-    for text in crd_files().values():
-        assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"
+    for name, text in crd_files().items():
+        kinds = [document["kind"] for document in yaml.safe_load_all(text)]
+        if name.endswith(POLICY_SUFFIX):
+            assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        else:
+            assert kinds == ["CustomResourceDefinition"]
+
+
+# -- rules in admission policies -----------------------------------------------------------------
+
+
+def test_the_crds_carry_no_rules_and_each_policy_carries_every_rule_of_its_kind() -> None:
+    """Rules in a CRD cost the API server on every status write (api/policygen.py)."""
+    for crd in all_crds():
+        assert RULES not in str(crd), crd["metadata"]["name"]
+    for kind in ALL_KINDS:
+        rules = rules_by_path(validated_spec_schema(kind))
+        policy, binding = policy_for(kind)
+        assert rules, kind.kind
+        assert len(policy["spec"]["validations"]) == len(rules), kind.kind
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"] == kind.crd_name
+        (resource,) = policy["spec"]["matchConstraints"]["resourceRules"]
+        # The kind's own resource only: a rule never runs on a status write.
+        assert resource["resources"] == [kind.plural]
+
+
+@pytest.mark.parametrize(
+    ("path", "rule", "expression"),
+    [
+        ("spec", "self.a > 0", "object.spec.a > 0"),
+        (
+            "spec",
+            "self.a == oldSelf.a",
+            "!(request.operation == 'UPDATE') || (object.spec.a == oldObject.spec.a)",
+        ),
+        # Checked only where the field is, and for a transition where it was before too.
+        ("spec.mirror", "self.b", "!(has(object.spec.mirror)) || (object.spec.mirror.b)"),
+        (
+            "spec.tls.key",
+            "!oldSelf || self",
+            "!(request.operation == 'UPDATE' && has(object.spec.tls) && has(oldObject.spec.tls)"
+            " && has(object.spec.tls.key) && has(oldObject.spec.tls.key))"
+            " || (!oldObject.spec.tls.key || object.spec.tls.key)",
+        ),
+        # On every item of a list; `selfish` is another name, not `self`.
+        (
+            "spec.sources[]",
+            "!has(self.selfish) || self.name != ''",
+            "!has(object.spec.sources)"
+            " || object.spec.sources.all(item, !has(item.selfish) || item.name != '')",
+        ),
+    ],
+)
+def test_a_rule_is_checked_where_the_crd_would_have_checked_it(
+    path: str, rule: str, expression: str
+) -> None:
+    assert policy_expression(path, rule) == expression
+
+
+def test_a_refusal_names_its_field_as_the_crd_did() -> None:
+    named = validation_for("spec.sealed", {"rule": "self", "message": "spec.sealed stays on"})
+    assert named["message"] == "spec.sealed stays on"
+    unnamed = validation_for("spec.sources[]", {"rule": "self.x", "message": "needs x"})
+    assert unnamed["message"] == "spec.sources: needs x"
+    computed = validation_for(
+        "spec.mirror", {"rule": "self.x", "messageExpression": "string(self.x) + ' is wrong'"}
+    )
+    assert computed["messageExpression"] == (
+        "'spec.mirror: ' + (string(object.spec.mirror.x) + ' is wrong')"
+    )
+    assert named["reason"] == unnamed["reason"] == "Invalid"  # 422, as the CRD's refusal
+
+
+def test_rules_a_policy_cannot_reach_are_refused_rather_than_dropped() -> None:
+    on_map_values = {
+        "properties": {
+            "labels": {"additionalProperties": {"type": "string", RULES: [{"rule": "self"}]}}
+        }
+    }
+    with pytest.raises(ValueError, match="map values"):
+        admission_policy("x", "g", "v1", "xs", on_map_values)
+    transition_on_items = {"items": {RULES: [{"rule": "self == oldSelf"}]}}
+    with pytest.raises(ValueError, match="list items"):
+        admission_policy("x", "g", "v1", "xs", {"properties": {"l": transition_on_items}})
+
+
+def test_the_policy_skips_writes_that_leave_the_spec_as_it_was() -> None:
+    """Without it, an object admitted under older rules could not lose its finalizer."""
+    policy, _ = admission_policy("x", "g", "v1", "xs", {RULES: [{"rule": "self.a"}]})
+    conditions = {c["name"]: c["expression"] for c in policy["spec"]["matchConditions"]}
+    assert conditions == {"spec-changed": "oldObject == null || oldObject.spec != object.spec"}
+    assert policy["spec"]["failurePolicy"] == "Fail"
 
 
 # -- CEL cost ----------------------------------------------------------------------------------
@@ -107,8 +211,8 @@ def test_no_generated_rule_tests_the_presence_of_a_defaulted_field() -> None:
     """Each such test costs kube-apiserver a copy of the object's property schemas on every
     write of every resource (docs/benchmarks.md); the rule helpers write them everywhere, so
     this fails if the generator stops folding them away."""
-    for crd in all_crds():
-        assert needless_presence_tests(crd) == [], crd["spec"]["names"]["kind"]
+    for kind in ALL_KINDS:
+        assert needless_presence_tests(validated_spec_schema(kind)) == [], kind.kind
 
 
 def test_a_rule_reading_one_always_present_field_moves_onto_it() -> None:
@@ -147,5 +251,5 @@ def test_a_rule_reading_one_always_present_field_moves_onto_it() -> None:
 
 
 def test_no_generated_rule_could_sit_on_the_one_field_it_reads() -> None:
-    for crd in all_crds():
-        assert movable_rules(crd) == [], crd["spec"]["names"]["kind"]
+    for kind in ALL_KINDS:
+        assert movable_rules(validated_spec_schema(kind)) == [], kind.kind

@@ -91,13 +91,26 @@ app.kubernetes.io/part-of: jetstream-operator
 {{- end }}
 {{- end }}
 
+{{/*
+The group and plural of every CRD of files/crds/, as a JSON list (read it with fromJsonArray);
+the `*.policy.yaml` files beside them hold their admission policies.
+*/}}
+{{- define "jetstream-operator.crdNames" -}}
+{{- $names := list }}
+{{- range $path, $_ := .Files.Glob "files/crds/*.yaml" }}
+{{- if not (hasSuffix ".policy.yaml" $path) }}
+{{- $crd := $.Files.Get $path | fromYaml }}
+{{- $names = append $names (dict "group" $crd.spec.group "plural" $crd.spec.names.plural) }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
 {{/* The API rules of the operator, shared by the ClusterRole and the per-namespace Roles. */}}
 {{- define "jetstream-operator.resourceRules" -}}
 {{- $plurals := dict }}
-{{- range $path, $_ := .Files.Glob "files/crds/*.yaml" }}
-{{- $crd := $.Files.Get $path | fromYaml }}
-{{- $group := $crd.spec.group }}
-{{- $_ := set $plurals $group (append (get $plurals $group | default list) $crd.spec.names.plural) }}
+{{- range include "jetstream-operator.crdNames" . | fromJsonArray }}
+{{- $_ := set $plurals .group (append (get $plurals .group | default list) .plural) }}
 {{- end }}
 {{- $manage := .Values.operator.manageConnections }}
 {{- range $group, $resources := $plurals }}

@@ -102,7 +102,8 @@ def left_unset_in_crd() -> dict[str, JsonValue]:
 
 
 def cel(rule: str, message: str) -> JsonValue:
-    """A CEL validation rule for `x-kubernetes-validations`, checked by the API server."""
+    """A CEL validation rule, written as for `x-kubernetes-validations` on its schema node; the
+    API server checks it in the kind's admission policy (policygen.py)."""
     return {"rule": rule, "message": message}
 
 

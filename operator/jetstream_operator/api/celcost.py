@@ -1,20 +1,20 @@
-"""Make the CRDs' CEL rules cheaper for the API server without changing what they accept.
+"""Make the models' CEL rules cheaper without changing what they accept.
 
-kube-apiserver evaluates every rule of a CRD on every write of a resource, status patches
-included, and each field a rule reads from an object costs it a copy of that object's whole
-property schema (`model.Structural.Properties`, v1.34): one copy for an absent field, two for a
-present one. For the Consumer's rules on its 40-field spec that came to more than the rest of
-a status patch (docs/benchmarks.md, the runs of 2026-11-25 03:04-03:34).
+The rules were written for the CRDs, where kube-apiserver ran every one on every write, status
+patches included, and each field a rule read cost a copy of the object's property schemas
+(docs/benchmarks.md, the runs of 2026-11-25 03:04-03:34). They now run in admission policies
+(policygen.py), only when a spec changes; what is folded here still saves work there, and a
+rule placed on its field names that field in its refusal.
 
 A field with a CRD default is always present when a rule runs: the API server applies defaults
-to the request and to the stored object before validating. So a presence test on it is a wasted
+to the request and to the stored object before admission. So a presence test on it is a wasted
 read. The rule helpers test presence everywhere (they do not know which fields have defaults);
-this module drops those tests from the generated CRDs, where the defaults are known.
+this module drops those tests where the defaults are known.
 
 A rule that reads one always-present field and nothing else (`self.name == oldSelf.name`,
-`!oldSelf.sealed || self.sealed`) says the same on that field's own schema, where `self` is the
-value and reading it builds no property map at all; the API server runs it exactly when it ran
-before, since the field is there in every old and new object. Such rules are moved there.
+`!oldSelf.sealed || self.sealed`) says the same on that field's own schema node; it runs exactly
+when it ran before, since the field is there in every old and new object. Such rules are moved
+there.
 """
 
 from __future__ import annotations

@@ -68,9 +68,9 @@ _IMMUTABLE_UNLESS_OPTED_IN = (
 
 
 def _immutable_unless_opted_in(fields: tuple[str, ...]) -> JsonValue:
-    """One rule for all of them: the API server runs every rule on every write (status patches
-    included), and one rule reads the opt-in once where one per field read it each time. Only
-    when it fails does the message expression name the fields that changed."""
+    """One rule for all of them: it reads the opt-in once where one per field read it each time
+    (this mattered most while the rules ran on every status write, in the CRD). Only when it
+    fails does the message expression name the fields that changed."""
     unchanged = " && ".join(f"({_unchanged(field)})" for field in fields)
     # Plain concatenation: a list with filter() and join() is beyond the API server's cost
     # estimate for a message.

@@ -1,7 +1,10 @@
-"""Generate CustomResourceDefinitions from the pydantic models.
+"""Generate CustomResourceDefinitions, and the admission policies holding their rules, from the
+pydantic models.
 
 The API server accepts only structural schemas (no `$ref`, no `type: null`, no `properties` next
 to `additionalProperties`), so pydantic's JSON schema is rewritten here rather than hand-kept.
+The models' CEL rules go into a ValidatingAdmissionPolicy per kind, not into the CRD (see
+policygen.py for why).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import yaml
 from .base import NO_CRD_DEFAULT
 from .celcost import lighten_rules
 from .kinds import ALL_KINDS, ResourceKind
+from .policygen import admission_policy, without_rules
 
 JsonSchema = dict[str, Any]
 
@@ -70,9 +74,21 @@ def _model_schema(model: Any) -> JsonSchema:
     return structural_schema(model.model_json_schema(by_alias=True, mode="validation"))
 
 
+def validated_spec_schema(kind: ResourceKind) -> JsonSchema:
+    """The spec schema of one kind with its CEL rules, as the models state them."""
+    return lighten_rules(_model_schema(kind.spec_model))
+
+
+def policy_for(kind: ResourceKind) -> list[JsonSchema]:
+    """The ValidatingAdmissionPolicy holding one kind's rules, and its binding."""
+    return admission_policy(
+        kind.crd_name, kind.group, kind.version, kind.plural, validated_spec_schema(kind)
+    )
+
+
 def crd_for(kind: ResourceKind) -> JsonSchema:
-    """The CustomResourceDefinition of one kind."""
-    spec_schema = lighten_rules(_model_schema(kind.spec_model))
+    """The CustomResourceDefinition of one kind: its schema, without the rules."""
+    spec_schema = without_rules(validated_spec_schema(kind))
     status_schema = _model_schema(kind.status_model)
     status_schema["description"] = "Observed state, written only by the operator."
     return {
@@ -134,15 +150,31 @@ def all_crds() -> list[JsonSchema]:
     return [crd_for(kind) for kind in ALL_KINDS]
 
 
-def render(crd: JsonSchema) -> str:
-    """YAML text of one CRD, with a header saying where it comes from."""
+def all_policies() -> list[JsonSchema]:
+    """Every admission policy and binding the CRDs need, in a stable order."""
+    return [item for kind in ALL_KINDS for item in policy_for(kind)]
+
+
+POLICY_SUFFIX = ".policy.yaml"
+"""File names of the policies in `crds/`: `<crd name>.policy.yaml`, beside `<crd name>.yaml`."""
+
+
+def render(*objects: JsonSchema) -> str:
+    """YAML text of one file, with a header saying where it comes from."""
     header = "# Generated from the pydantic models by `jetstream-operator crds`; do not edit.\n"
-    return header + yaml.safe_dump(crd, sort_keys=False, allow_unicode=True, width=100)
+    return header + "---\n".join(
+        yaml.safe_dump(item, sort_keys=False, allow_unicode=True, width=100) for item in objects
+    )
 
 
 def crd_files() -> dict[str, str]:
-    """File name -> content, as committed in `crds/` and used by the Helm chart."""
-    return {f"{crd['metadata']['name']}.yaml": render(crd) for crd in all_crds()}
+    """File name -> content, as committed in `crds/` and used by the Helm chart: each kind's
+    CRD, and its policy with the binding."""
+    files = {}
+    for kind in ALL_KINDS:
+        files[f"{kind.crd_name}.yaml"] = render(crd_for(kind))
+        files[f"{kind.crd_name}{POLICY_SUFFIX}"] = render(*policy_for(kind))
+    return files
 
 
 def write_crds(directory: Path) -> list[Path]:
