@@ -1,19 +1,23 @@
-"""The CRDs' rules as ValidatingAdmissionPolicies on the real API server: an object whose spec
-the rules refuse (admitted before a rule existed) can still change its metadata, take status
-writes and lose its finalizer; only a change of its spec is checked."""
+"""The CRDs' rules as ValidatingAdmissionPolicies on the real API server: every expression fits
+the CRD's schema, and an object whose spec the rules refuse (admitted before a rule existed) can
+still change its metadata, take status writes and lose its finalizer; only a change of its spec
+is checked."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.api.crdgen import policy_for
+from jetstream_operator.api.crdgen import all_policies, policy_for
 from jetstream_operator.api.kinds import STREAM
+from jetstream_operator.api.policygen import RULES, admission_policy
 from jetstream_operator.k8s.crds import (
     REFUSED_STREAM_SPEC,
     apply_policies,
@@ -21,9 +25,68 @@ from jetstream_operator.k8s.crds import (
     wait_policies_in_effect,
 )
 
-from .helpers import Resources, eventually
+from .helpers import Resources, eventually, json_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
+
+
+def _type_checking(api_client: client.ApiClient, name: str) -> dict[str, object] | None:
+    """What kube-controller-manager's type check of the policy found, once it has run."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+    read = admission.read_validating_admission_policy(name)
+    policy = json_body(api_client.sanitize_for_serialization(read))  # type: ignore[no-untyped-call]
+    status = policy.get("status") or {}
+    if status.get("observedGeneration") != policy["metadata"]["generation"]:
+        return None
+    checked: dict[str, object] = status.get("typeChecking") or {}
+    return checked
+
+
+def _checked_copy(
+    api_client: client.ApiClient, policy: dict[str, Any], name: str
+) -> dict[str, object]:
+    """A policy created anew under another name (without a binding, so it refuses nothing),
+    and its type check."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+    body = {**policy, "metadata": {"name": name}}
+    admission.create_validating_admission_policy(body)  # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 30
+        while (found := _type_checking(api_client, name)) is None:
+            assert time.monotonic() < deadline, f"{name} was not type-checked"
+            time.sleep(0.2)
+        return found
+    finally:
+        admission.delete_validating_admission_policy(name)
+
+
+def test_every_policy_expression_fits_the_crds_schema(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A field the schema does not have would fail only at run time, refusing every write.
+
+    kube-controller-manager type-checks a policy once per generation, against the schemas of
+    the kinds its RESTMapper knows; it learns new CRDs within about 30 s, and a policy checked
+    before that passes unchecked. So a policy reading a misspelled field is made until its
+    check sees the mistake, and then each shipped policy is checked as a new copy."""
+    misspelled, _ = admission_policy(
+        "misspelled",
+        STREAM.group,
+        STREAM.version,
+        STREAM.plural,
+        {RULES: [{"rule": "self.maxMsg > 0", "message": "x"}]},
+    )
+    deadline = time.monotonic() + 90
+    attempt = 0
+    while not (found := _checked_copy(api_client, misspelled, f"misspelled-{attempt}-{namespace}")):
+        assert time.monotonic() < deadline, "the type check never knew the Stream's schema"
+        attempt += 1
+        time.sleep(2)
+    assert "maxMsg" in str(found.get("expressionWarnings")), found
+    for policy in all_policies():
+        if policy["kind"] == "ValidatingAdmissionPolicy":
+            name = f"copy-{namespace}-{policy['metadata']['name']}"[:63]
+            assert _checked_copy(api_client, policy, name) == {}, policy["metadata"]["name"]
 
 
 @pytest.fixture

@@ -25,12 +25,14 @@ from .processes import ManagedProcess, ProcessDied, ProcessRecord, http_get, htt
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTEXT_NAME = "jetstream-operator-dev"
 # What a nodeless control plane needs of kube-controller-manager: namespaces are finalized,
-# ownerReferences honoured, and aggregated ClusterRoles (the chart's view/edit roles) filled
-# into view/edit/admin. The other controllers act on pods, nodes and their workloads.
+# ownerReferences honoured, aggregated ClusterRoles (the chart's view/edit roles) filled into
+# view/edit/admin, and admission policies type-checked against the CRDs' schemas (their status
+# shows what does not fit). The other controllers act on pods, nodes and their workloads.
 DEFAULT_CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
     "clusterrole-aggregation-controller",
+    "validatingadmissionpolicy-status-controller",
 )
 # The `kubernetes` Service: the first IP of the service range, and its DNS names.
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
