@@ -6,16 +6,18 @@ docs/argocd/README.md tells users to. The operator runs from the checkout.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator.devenv.argocd import ArgoCD
 from jetstream_operator.nats.jsapi import JetStreamApi
-from tests.delivery.helpers import spec_schema
+from tests.delivery.helpers import CRDS, policy_paths, spec_schema
 from tests.integration.helpers import Resources, eventually, json_body
 
 from .conftest import Applications, GitRepo
@@ -106,6 +108,24 @@ def served_defaults(api: client.ApiClient, plural: str) -> set[str]:
     return {key for key, field in (schema.properties or {}).items() if field.default is not None}
 
 
+def compared_again_without_drift(applications: Applications, app_name: str) -> dict[str, Any]:
+    """Three refreshes, each waited for until Argo CD compared again: every time the
+    Application and each of its resources are still Synced. Returns the last state."""
+    app: dict[str, Any] = {}
+    for _ in range(3):
+        before = applications.get(app_name)["status"]["reconciledAt"]
+        time.sleep(2)  # reconciledAt has whole seconds
+        applications.refresh(app_name)
+
+        def compared(app: dict[str, Any], before: str = before) -> bool:
+            return bool(app["status"].get("reconciledAt", "") > before)
+
+        app = applications.wait(app_name, compared, "compared again")
+        assert app["status"]["sync"]["status"] == "Synced", app["status"]
+        assert {r["status"] for r in app["status"]["resources"]} == {"Synced"}
+    return app
+
+
 def test_synced_and_healthy_then_no_churn_from_defaults_or_status(
     argocd: ArgoCD,
     git_repo: GitRepo,
@@ -136,17 +156,7 @@ def test_synced_and_healthy_then_no_churn_from_defaults_or_status(
     assert defaulted & served_defaults(api_client, "streams"), live["spec"]
     history = len(app["status"]["history"])
     finished = app["status"]["operationState"]["finishedAt"]
-    for _ in range(3):
-        before = applications.get(app_name)["status"]["reconciledAt"]
-        time.sleep(2)  # reconciledAt has whole seconds
-        applications.refresh(app_name)
-
-        def compared(app: dict[str, Any], before: str = before) -> bool:
-            return bool(app["status"].get("reconciledAt", "") > before)
-
-        app = applications.wait(app_name, compared, "compared again")
-        assert app["status"]["sync"]["status"] == "Synced", app["status"]
-        assert {r["status"] for r in app["status"]["resources"]} == {"Synced"}
+    app = compared_again_without_drift(applications, app_name)
     assert len(app["status"]["history"]) == history
     assert app["status"]["operationState"]["finishedAt"] == finished
 
@@ -344,3 +354,40 @@ def test_the_chart_with_peering_as_a_plain_manifest(
         peerings.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
     )
     assert again["metadata"]["uid"] == uid
+
+
+def test_the_admission_policies_sync_without_churn(
+    argocd: ArgoCD,
+    git_repo: GitRepo,
+    applications: Applications,
+    namespace: str,
+) -> None:
+    """The policy files of crds/ as a user's repository holds them, synced by Argo CD: the API
+    server fills defaults into each policy and binding (failurePolicy, matchPolicy, selectors),
+    and none of them may read as drift. The suite installed the same objects, so Argo CD takes
+    them over unchanged; the Application goes without its resources-finalizer, so they stay."""
+    path = f"policies/{namespace}"
+    shipped = policy_paths(CRDS)
+    for policy_file in shipped:
+        git_repo.write(f"{path}/{policy_file.name}", *yaml.safe_load_all(policy_file.read_text()))
+    revision = git_repo.commit("the admission policies")
+    app_name = namespace[:53]
+    applications.create(application(argocd, git_repo, path, namespace))
+
+    def synced_at_revision(app: dict[str, Any]) -> bool:
+        status = app.get("status", {})
+        return (
+            status.get("sync", {}).get("status") == "Synced"
+            and status.get("sync", {}).get("revision") == revision
+            and bool(status.get("operationState", {}).get("finishedAt"))
+        )
+
+    app = applications.wait(app_name, synced_at_revision, "Synced", timeout=180)
+    kinds = Counter(r["kind"] for r in app["status"]["resources"])
+    assert kinds == {
+        "ValidatingAdmissionPolicy": len(shipped),
+        "ValidatingAdmissionPolicyBinding": len(shipped),
+    }, kinds
+    history = len(app["status"]["history"])
+    app = compared_again_without_drift(applications, app_name)
+    assert len(app["status"]["history"]) == history
