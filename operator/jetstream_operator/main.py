@@ -567,7 +567,7 @@ def _serve_stream_backed(kind: StreamBackedKind) -> StreamBackedHandlers:
             jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
         ) -> Result:
             return await stream_handlers.finalize(
-                kind, spec, owner, jetstream, read_only=settings.read_only
+                kind, spec, owner, jetstream, status=history.status, read_only=settings.read_only
             )
 
         await handle(work, True, spec, meta, status, memo, kwargs)
@@ -791,12 +791,14 @@ async def finalize_consumer(
         # The Stream resource may be gone already, or not yet known after a restart: status
         # recorded which stream the consumer was created on.
         recorded = status.get("streamName")
+        managed = status.get("consumerName")
         return await consumer_handlers.finalize(
             spec,
             owner,
             jetstream,
             stream_name=_resolved_stream(memo, owner, spec)
             or (recorded if isinstance(recorded, str) else None),
+            consumer_name=managed if isinstance(managed, str) and managed else None,
             read_only=settings.read_only,
         )
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
@@ -12,6 +13,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from jetstream_operator import GROUP, VERSION
+from jetstream_operator.api.crdgen import all_policies, policy_for
+from jetstream_operator.api.kinds import STREAM, ResourceKind
+from jetstream_operator.k8s.crds import (
+    BINDING_KIND,
+    apply_policies,
+    stream_policy_in_effect,
+    wait_policies_in_effect,
+)
 
 T = TypeVar("T")
 
@@ -68,6 +77,29 @@ def present(value: T | None) -> T:
 
 def name_of(item: Described) -> str:
     return present(present(item.metadata).name)
+
+
+@contextmanager
+def policies_out_of_effect(
+    api_client: client.ApiClient, kinds: list[ResourceKind] | None = None
+) -> Iterator[None]:
+    """The kinds' admission policies (every kind's by default) out of effect, as on a cluster
+    without them: their bindings are removed, and put back on return. Tests run one at a time,
+    so no other test sees the gap."""
+    policies = all_policies() if kinds is None else [p for k in kinds for p in policy_for(k)]
+    admission = client.AdmissionregistrationV1Api(api_client)
+    for item in policies:
+        if item["kind"] == BINDING_KIND:
+            admission.delete_validating_admission_policy_binding(item["metadata"]["name"])
+    try:
+        deadline = time.monotonic() + 30
+        while (kinds is None or STREAM in kinds) and stream_policy_in_effect(api_client):
+            assert time.monotonic() < deadline, "the Stream policy refuses without its binding"
+            time.sleep(0.2)
+        yield
+    finally:
+        apply_policies(api_client, policies)
+        wait_policies_in_effect(api_client)
 
 
 class Resources:

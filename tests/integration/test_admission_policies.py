@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from nats.aio.client import Client
 
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import all_policies, policy_for
-from jetstream_operator.api.kinds import STREAM
+from jetstream_operator.api.kinds import CONSUMER, STREAM
 from jetstream_operator.api.policygen import RULES, admission_policy
 from jetstream_operator.k8s.crds import (
     REFUSED_STREAM_SPEC,
@@ -24,8 +25,16 @@ from jetstream_operator.k8s.crds import (
     stream_policy_in_effect,
     wait_policies_in_effect,
 )
+from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, eventually, json_body
+from .helpers import (
+    Resources,
+    condition,
+    eventually,
+    json_body,
+    policies_out_of_effect,
+    stream_manifest,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
@@ -90,16 +99,11 @@ def test_every_policy_expression_fits_the_crds_schema(
 
 
 @pytest.fixture
-def without_stream_binding(api_client: client.ApiClient, namespace: str) -> Iterator[None]:
+def without_stream_binding(api_client: client.ApiClient) -> Iterator[None]:
     """The Stream policy's binding gone for a moment, as on a cluster where an object was
-    admitted under older rules; the tests run one at a time, and it is back on return."""
-    admission = client.AdmissionregistrationV1Api(api_client)
-    admission.delete_validating_admission_policy_binding(STREAM.crd_name)
-    try:
+    admitted under older rules."""
+    with policies_out_of_effect(api_client, [STREAM]):
         yield
-    finally:
-        apply_policies(api_client, policy_for(STREAM))
-        wait_policies_in_effect(api_client)
 
 
 async def test_an_object_the_rules_refuse_keeps_its_metadata_status_and_deletion(
@@ -138,3 +142,64 @@ async def test_an_object_the_rules_refuse_keeps_its_metadata_status_and_deletion
     await eventually(finalized)
     resources.delete("streams", "stale")
     await eventually(gone)
+
+
+@pytest.fixture
+def without_stream_and_consumer_bindings(api_client: client.ApiClient) -> Iterator[None]:
+    with policies_out_of_effect(api_client, [STREAM, CONSUMER]):
+        yield
+
+
+async def test_without_the_policies_the_operator_refuses_a_rename(
+    resources: Resources, nc: Client, namespace: str, without_stream_and_consumer_bindings: None
+) -> None:
+    """The policy refuses a new spec.name or durableName. Without it, the operator must: a
+    new stream or consumer would be made and the old one left behind with its data. Deleted
+    while refused, a resource deletes what it manages, not what the spec names."""
+    stream = f"R_{namespace}".replace("-", "_").upper()
+    resources.create("streams", stream_manifest("orders", stream))
+    consumer = {"durableName": "reader", "streamRef": "orders", "ackPolicy": "explicit"}
+    resources.create(
+        "consumers", {"kind": "Consumer", "metadata": {"name": "reader"}, "spec": consumer}
+    )
+    jetstream = JetStreamApi(nc)
+
+    def condition_of(plural: str, name: str) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+        async def settled() -> dict[str, Any] | None:
+            resource = resources.get(plural, name)
+            ready = condition(resource)
+            generation = (resource or {}).get("metadata", {}).get("generation")
+            return ready if ready.get("observedGeneration") == generation else None
+
+        return settled
+
+    assert (await eventually(condition_of("streams", "orders")))["status"] == "True"
+    assert (await eventually(condition_of("consumers", "reader")))["status"] == "True"
+    await nc.publish(f"{stream.lower()}.kept", b"data")
+    await nc.flush()
+
+    resources.patch_spec("streams", "orders", {"name": f"{stream}_NEW"})
+    resources.patch_spec("consumers", "reader", {"durableName": "reader2"})
+    refused = await eventually(condition_of("streams", "orders"))
+    assert (refused["status"], refused["reason"]) == ("False", "ImmutableFieldChanged"), refused
+    assert f"spec.name changed from '{stream}' to '{stream}_NEW'" in refused["message"]
+    refused = await eventually(condition_of("consumers", "reader"))
+    assert (refused["status"], refused["reason"]) == ("False", "ImmutableFieldChanged"), refused
+    assert "spec.durableName changed from 'reader' to 'reader2'" in refused["message"]
+    assert await jetstream.stream_info(f"{stream}_NEW") is None
+    assert await jetstream.consumer_info(stream, "reader2") is None
+    assert await jetstream.consumer_info(stream, "reader") is not None
+    kept = await jetstream.stream_info(stream)
+    assert kept is not None and kept["state"]["messages"] == 1
+
+    resources.patch_spec("streams", "orders", {"name": stream})
+    assert (await eventually(condition_of("streams", "orders")))["status"] == "True"
+
+    resources.delete("consumers", "reader")
+    resources.delete("streams", "orders")
+
+    async def deleted() -> bool:
+        return await jetstream.stream_info(stream) is None
+
+    await eventually(deleted)
+    assert resources.get("consumers", "reader") is None

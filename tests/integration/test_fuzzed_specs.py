@@ -33,17 +33,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
-from jetstream_operator.api.crdgen import all_policies
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.k8s.crds import (
-    BINDING_KIND,
     POLICY_KIND,
-    install_api,
-    stream_policy_in_effect,
 )
 from jetstream_operator.nats.jsapi import JetStreamApi
 
-from .helpers import Resources, condition
+from .helpers import Resources, condition, policies_out_of_effect
 from .test_settle_known_cases import AUDIT_SUBJECT, QUIET_SECONDS, ApiAudit
 
 pytestmark = [pytest.mark.integration]
@@ -484,18 +480,8 @@ def admission(request: pytest.FixtureRequest, api_client: client.ApiClient) -> I
     if request.param == WITH_POLICIES:
         yield request.param
         return
-    admission_api = client.AdmissionregistrationV1Api(api_client)
-    for item in all_policies():
-        if item["kind"] == BINDING_KIND:
-            admission_api.delete_validating_admission_policy_binding(item["metadata"]["name"])
-    deadline = time.monotonic() + 30
-    while stream_policy_in_effect(api_client):
-        assert time.monotonic() < deadline, "the Stream policy still refuses without its binding"
-        time.sleep(0.2)
-    try:
+    with policies_out_of_effect(api_client):
         yield request.param
-    finally:
-        install_api(api_client)
 
 
 @pytest.fixture(scope="module")

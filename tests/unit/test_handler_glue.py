@@ -24,7 +24,7 @@ from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.handlers.status_writes import StatusBudget
 from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamError, StreamListing
 from jetstream_operator.nats.pool import ConnectionTarget
-from jetstream_operator.reconcile.backed import STREAM_KIND
+from jetstream_operator.reconcile.backed import KEY_VALUE_KIND, STREAM_KIND
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
 
@@ -79,6 +79,10 @@ class FakeJetStream:
 
     async def update_stream(self, config: dict[str, Any]) -> dict[str, Any]:
         return await self._store("UPDATE", config)
+
+    async def delete_stream(self, name: str) -> None:
+        self.requests.append(f"DELETE {name}")
+        del self.streams[name]
 
     async def stream_listing(self) -> StreamListing:
         """As a cluster lists: a stream in `unseen` comes with an empty state."""
@@ -395,6 +399,60 @@ async def test_a_first_consumer_pass_looks_at_its_stream_only() -> None:
         "INFO ORDERS",
         "CONSUMER.INFO ORDERS reader",
     ]
+
+
+async def test_a_renamed_stream_is_refused_and_deleting_it_deletes_the_stream_it_manages() -> None:
+    """Where no admission policy refuses a new spec.name, the operator must: the new name would
+    make a new stream and leave the old one, with its data, behind."""
+    server = FakeJetStream()
+    memory = FailureMemory()
+    made = await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS"}, OWNER, as_api(server), history=history(memory)
+    )
+    assert made.outcome.ready
+    shown = {"conditions": conditions_for(made.outcome, 1), **made.status}
+    server.requests.clear()
+    renamed = await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS2"}, OWNER, as_api(server), history=history(memory, **shown)
+    )
+    assert (renamed.outcome.ready, renamed.outcome.stalled) == (False, True)
+    assert renamed.outcome.reason == "ImmutableFieldChanged"
+    assert "spec.name changed from 'ORDERS' to 'ORDERS2'" in renamed.outcome.message
+    assert [event.reason for event in renamed.events] == ["ImmutableFieldChanged"]
+    assert server.requests == [] and set(server.streams) == {"ORDERS"}
+    back = await stream_handlers.reconcile(
+        STREAM_KIND, {"name": "ORDERS"}, OWNER, as_api(server), history=history(memory, **shown)
+    )
+    assert back.outcome.ready
+    deleted = await stream_handlers.finalize(
+        STREAM_KIND, {"name": "ORDERS2"}, OWNER, as_api(server), status=shown
+    )
+    assert deleted.outcome.reason == "Deleted" and "ORDERS" in deleted.outcome.message
+    assert server.streams == {}
+
+
+async def test_a_renamed_bucket_or_consumer_is_refused_naming_its_field() -> None:
+    server = FakeJetStream()
+    bucket = await stream_handlers.reconcile(
+        KEY_VALUE_KIND,
+        {"bucket": "orders2"},
+        OWNER,
+        as_api(server),
+        history=history(FailureMemory(), streamName="KV_orders"),
+    )
+    assert bucket.outcome.reason == "ImmutableFieldChanged"
+    assert "spec.bucket changed from 'orders' to 'orders2'" in bucket.outcome.message
+    server.streams["ORDERS"] = {"name": "ORDERS"}
+    consumer = await consumer_handlers.reconcile(
+        {"durableName": "reader2", "streamName": "ORDERS"},
+        OWNER,
+        as_api(server),
+        stream_name="ORDERS",
+        history=history(FailureMemory(), streamName="ORDERS", consumerName="reader"),
+    )
+    assert consumer.outcome.reason == "ImmutableFieldChanged"
+    assert "spec.durableName changed from 'reader' to 'reader2'" in consumer.outcome.message
+    assert server.requests == []
 
 
 async def test_a_stream_that_vanished_holding_data_comes_back_with_a_warning() -> None:

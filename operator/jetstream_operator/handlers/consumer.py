@@ -35,6 +35,7 @@ from ..reconcile.consumer_plan import (
 )
 from ..reconcile.live_state import existed_before
 from ..reconcile.ownership import Owner, recorded_owner
+from ..reconcile.renames import renamed
 from .failures import Basis, History, creates_unlooked, failure_basis
 from .results import (
     Event,
@@ -116,6 +117,11 @@ async def reconcile(
         result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
         return _settled(history, owner, None, None, result)
     name = consumer_spec.durable_name
+    status = history.status if history is not None else {}
+    rename = renamed("durableName", status.get("consumerName"), name, "consumer", "Consumer")
+    if rename is not None:
+        result = needs_a_person(rename.reason, rename.message())
+        return _settled(history, owner, None, None, result)
     events: list[Event] = []
     outcome = Outcome(True, "Synced", f"consumer {name} matches the spec")
     stream_info: Mapping[str, Any] | None = None
@@ -266,10 +272,12 @@ async def finalize(
     jetstream: JetStreamApi,
     *,
     stream_name: str | None,
+    consumer_name: str | None = None,
     read_only: bool = False,
 ) -> Result:
-    """Delete the consumer if this resource owns it and may delete it; leave anything else."""
-    name = spec.get("durableName")
+    """Delete the consumer if this resource owns it and may delete it; leave anything else.
+    `consumer_name` is the one its status shows it manages, where a rename was refused."""
+    name = consumer_name or spec.get("durableName")
     stream = stream_name or spec.get("streamName")
     if not isinstance(name, str) or not isinstance(stream, str):
         return Result(Outcome(True, "NotDeleted", "no consumer to delete"))

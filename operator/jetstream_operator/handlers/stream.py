@@ -83,6 +83,9 @@ async def reconcile(
     except ValidationError as error:
         result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
         return _settled(history, owner, None, result)
+    rename = kind.renamed(spec, history.status) if history is not None else None
+    if rename is not None:
+        return _settled(history, owner, None, needs_a_person(rename.reason, rename.message()))
     name = stream_spec.name
     what = kind.describe(spec)
     events: list[Event] = []
@@ -300,13 +303,15 @@ async def finalize(
     owner: Owner,
     jetstream: JetStreamApi,
     *,
+    status: Mapping[str, Any] | None = None,
     read_only: bool = False,
 ) -> Result:
-    """Delete the stream if this resource owns it and may delete it; leave anything else."""
-    name = kind.stream_name(spec)
+    """Delete the stream if this resource owns it and may delete it; leave anything else.
+    `status` tells which stream it manages where a rename was refused."""
+    name = kind.managed_stream(spec, status or {})
     if name is None:
         return Result(Outcome(True, "Deleted", f"no {kind.name_field}; nothing to delete"))
-    what = kind.describe(spec)
+    what = f"{kind.noun} {kind.name_in_stream(name) or name}"
     if read_only:
         return left_in_nats("ReadOnly", f"{what} left in NATS: read-only operator")
     try:

@@ -19,6 +19,7 @@ from .bucket_config import (
     objectstore_stream_spec,
 )
 from .live_state import keyvalue_live_state, objectstore_live_state, stream_live_state
+from .renames import Renamed, renamed
 
 
 def _as_stream(spec: Any) -> StreamSpec:
@@ -62,6 +63,23 @@ class StreamBackedKind:
         if not stream.startswith(self.stream_prefix) or stream == self.stream_prefix:
             return None
         return stream[len(self.stream_prefix) :]
+
+    def renamed(self, spec: Mapping[str, Any], status: Mapping[str, Any]) -> Renamed | None:
+        """The spec naming another stream than the one its status shows this resource
+        manages."""
+        managed = status.get("streamName")
+        was = self.name_in_stream(managed) if isinstance(managed, str) else None
+        return renamed(
+            self.name_field, was, self.declared_name(spec), self.noun, self.resource.kind
+        )
+
+    def managed_stream(self, spec: Mapping[str, Any], status: Mapping[str, Any]) -> str | None:
+        """The stream this resource manages: the one its status shows, else the spec's. They
+        differ only where a rename was refused (renamed above)."""
+        managed = status.get("streamName")
+        if isinstance(managed, str) and self.name_in_stream(managed) is not None:
+            return managed
+        return self.stream_name(spec)
 
     def describe(self, spec: Mapping[str, Any], *, quoted: bool = False) -> str:
         name = self.declared_name(spec) or "?"

@@ -15,6 +15,7 @@ from typing import Any
 from ..api.consumer import ConsumerSpec
 from .consumer_config import consumer_differences, desired_consumer_config, immutable_changes
 from .ownership import Owner, recorded_owner
+from .renames import IMMUTABLE_FIELD_CHANGED
 from .stream_config import FieldDifference, ServerConfig, owner_difference
 from .stream_plan import InSync, UpdatesPrevented, may_delete, release_request
 
@@ -112,7 +113,7 @@ class ImmutableChangeRefused:
 
     consumer: str
     fields: list[str]
-    reason: str = "ImmutableFieldChanged"
+    reason: str = IMMUTABLE_FIELD_CHANGED
 
     def names(self) -> str:
         return ", ".join(f"spec.{name}" for name in self.fields)
