@@ -352,6 +352,7 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
         cpu_before, waits_before = bench.cpu_seconds(), bench.flow_control()
         started = time.monotonic()
         row["created"] = bench.apply_all(namespace, size, prefix)
+        row["cpu_applying"] = dict(bench.cpu_seconds() - cpu_before)
         try:
             row["wall"] = wait_ready(watches, size, args.timeout) - started
             row["converged"] = True
@@ -412,7 +413,9 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
     bench.controller.stop()  # the floor is measured with the servers to itself
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
     apply_namespace = bench.namespace(f"apply-only-{size}")
+    cpu_before = bench.cpu_seconds()
     row["apply"] = bench.apply_all(apply_namespace, size, f"A{size}")
+    row["cpu_applying_alone"] = dict(bench.cpu_seconds() - cpu_before)
     row["patches"] = floor_status_patches(
         bench.as_controller, apply_namespace, size, GROUP, VERSION
     )

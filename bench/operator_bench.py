@@ -788,6 +788,7 @@ def convergence(
                     )
                 )
         created = time.perf_counter() - started
+        cpu_applying = bench.cpu_seconds() - cpu_before
         t0 = time.monotonic() - (time.perf_counter() - started)
         wanted = [len(part) for part in parts for _plural in ("streams", "consumers")]
         last_ready = max(
@@ -818,6 +819,7 @@ def convergence(
         "writes_converging": dict(writes_at_ready - writes_before),
         "jetstream_converging": dict(requests),
         "cpu_converging": dict(cpu),
+        "cpu_applying": dict(cpu_applying),
         "flow_control_converging": waits,
         "status_incomplete": incomplete,
         "late_changes": sum(sum(each.changes.values()) for each in watches),
@@ -851,7 +853,9 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
         operator.stop()
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
     namespace = bench.namespace(f"apply-only-{size}")
+    cpu_before = bench.cpu_seconds()
     row["apply"] = time_apply(bench, namespace, size, bench.apply_order)
+    row["cpu_applying_alone"] = dict(bench.cpu_seconds() - cpu_before)
     row["patches"] = floor_status_patches(bench.as_controller, namespace, size)
     row["delete_alone"] = delete_alone(bench.delete_one, bench.objects, namespace)
     row["floor"] = row["nats"] + row["patches"]
@@ -1585,10 +1589,19 @@ def jetstream_line(row: dict[str, Any]) -> str:
 
 
 def cpu_line(row: dict[str, Any]) -> str:
-    """Each process's CPU seconds while converging, and flow control's queue waits if on."""
-    text = "CPU seconds while converging: " + ", ".join(
-        f"{name} {seconds:.1f}" for name, seconds in row["cpu_converging"].items()
-    )
+    """Each process's CPU seconds while converging, and flow control's queue waits if on; then
+    the same while the user's applies ran, beside the controller and alone: where the applies'
+    slowdown went."""
+
+    def seconds(cpu: dict[str, float]) -> str:
+        return ", ".join(f"{name} {value:.1f}" for name, value in cpu.items())
+
+    text = "CPU seconds while converging: " + seconds(row["cpu_converging"])
+    if "cpu_applying" in row and "cpu_applying_alone" in row:
+        text += (
+            f"; while the applies ran: {seconds(row['cpu_applying'])}; "
+            f"the same applies alone: {seconds(row['cpu_applying_alone'])}"
+        )
     waits = row.get("flow_control_converging")
     if waits:
         text += "; flow control, mean queue wait (ms) / requests by priority level: " + ", ".join(
