@@ -192,14 +192,23 @@ async def test_without_the_policies_the_operator_refuses_a_rename(
     kept = await jetstream.stream_info(stream)
     assert kept is not None and kept["state"]["messages"] == 1
 
+    # Set back, the stream is Ready again.
     resources.patch_spec("streams", "orders", {"name": stream})
     assert (await eventually(condition_of("streams", "orders")))["status"] == "True"
 
-    resources.delete("consumers", "reader")
-    resources.delete("streams", "orders")
+    # Deleted while refused, each deletes what it manages.
+    async def consumer_deleted() -> bool:
+        return await jetstream.consumer_info(stream, "reader") is None
 
-    async def deleted() -> bool:
+    resources.delete("consumers", "reader")
+    await eventually(consumer_deleted)
+    resources.patch_spec("streams", "orders", {"name": f"{stream}_NEW"})
+    refused = await eventually(condition_of("streams", "orders"))
+    assert refused["reason"] == "ImmutableFieldChanged", refused
+
+    async def stream_deleted() -> bool:
         return await jetstream.stream_info(stream) is None
 
-    await eventually(deleted)
-    assert resources.get("consumers", "reader") is None
+    resources.delete("streams", "orders")
+    await eventually(stream_deleted)
+    assert await jetstream.stream_info(f"{stream}_NEW") is None

@@ -10,7 +10,7 @@ as on a cluster where the policies are not (one before 1.30, or `crds/` applied 
 policy files, or objects admitted before a rule was added). There, the specs the policies
 refuse reach the operator, and must settle as well.
 
-The fast size runs in `make test`; `JETSTREAM_OPERATOR_FUZZ_SCALE=10` is the large size
+The fast size runs in `make test`; `JETSTREAM_OPERATOR_FUZZ_SCALE=6` is the large size
 (`make chaos`).
 """
 
@@ -34,9 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
 from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import (
-    POLICY_KIND,
-)
+from jetstream_operator.k8s.crds import POLICY_KIND
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .helpers import Resources, condition, policies_out_of_effect
