@@ -212,3 +212,23 @@ async def test_without_the_policies_the_operator_refuses_a_rename(
     resources.delete("streams", "orders")
     await eventually(stream_deleted)
     assert await jetstream.stream_info(f"{stream}_NEW") is None
+
+
+def test_a_spec_breaking_several_rules_hears_of_each(resources: Resources, namespace: str) -> None:
+    """One refusal names every rule the spec breaks, as a CRD's did, so a person fixes them
+    all at once rather than one apply at a time."""
+    base = namespace.replace("-", "_").upper()
+    spec = {
+        **REFUSED_STREAM_SPEC,
+        "name": base,
+        "subjects": [f"{base}.>"],
+        "discardPerSubject": True,
+    }
+    with pytest.raises(ApiException) as refused:
+        resources.create("streams", {"kind": "Stream", "metadata": {"name": "two"}, "spec": spec})
+    assert refused.value.status == 422
+    message = json.loads(refused.value.body or "{}")["message"]
+    assert message.endswith(
+        "denied request: spec.discardPerSubject needs discard: new and maxMsgsPerSubject > 0; "
+        "spec.mirrorDirect applies only to a mirror"
+    ), message

@@ -26,8 +26,8 @@ from jetstream_operator.api.policygen import (
     RULES,
     admission_policy,
     policy_expression,
+    refusal_message,
     rules_by_path,
-    validation_for,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +89,9 @@ def test_the_crds_carry_no_rules_and_each_policy_carries_every_rule_of_its_kind(
         rules = rules_by_path(validated_spec_schema(kind))
         policy, binding = policy_for(kind)
         assert rules, kind.kind
-        assert len(policy["spec"]["validations"]) == len(rules), kind.kind
+        (validation,) = policy["spec"]["validations"]
+        checks = [policy_expression(path, rule["rule"]) for path, rule in rules]
+        assert validation["expression"] == " && ".join(f"({check})" for check in checks)
         assert binding["spec"]["policyName"] == policy["metadata"]["name"] == kind.crd_name
         (resource,) = policy["spec"]["matchConstraints"]["resourceRules"]
         # The kind's own resource only: a rule never runs on a status write.
@@ -130,17 +132,32 @@ def test_a_rule_is_checked_where_the_crd_would_have_checked_it(
 
 
 def test_a_refusal_names_its_field_as_the_crd_did() -> None:
-    named = validation_for("spec.sealed", {"rule": "self", "message": "spec.sealed stays on"})
-    assert named["message"] == "spec.sealed stays on"
-    unnamed = validation_for("spec.sources[]", {"rule": "self.x", "message": "needs x"})
-    assert unnamed["message"] == "spec.sources: needs x"
-    computed = validation_for(
+    named = refusal_message("spec.sealed", {"rule": "self", "message": "spec.sealed stays on"})
+    assert named == '"spec.sealed stays on"'
+    unnamed = refusal_message("spec.sources[]", {"rule": "self.x", "message": 'needs "x"'})
+    assert unnamed == '"spec.sources: needs \\"x\\""'
+    computed = refusal_message(
         "spec.mirror", {"rule": "self.x", "messageExpression": "string(self.x) + ' is wrong'"}
     )
-    assert computed["messageExpression"] == (
-        "'spec.mirror: ' + (string(object.spec.mirror.x) + ' is wrong')"
+    assert computed == "\"spec.mirror: \" + (string(object.spec.mirror.x) + ' is wrong')"
+
+
+def test_every_failing_rule_is_reported_in_one_refusal() -> None:
+    """Separate validations would stop at the first that fails; a CRD reported them all."""
+    policy, _ = admission_policy(
+        "x",
+        "g",
+        "v1",
+        "xs",
+        {RULES: [{"rule": "self.a", "message": "spec.a"}, {"rule": "self.b", "message": "b"}]},
     )
-    assert named["reason"] == unnamed["reason"] == "Invalid"  # 422, as the CRD's refusal
+    (validation,) = policy["spec"]["validations"]
+    assert validation["expression"] == "(object.spec.a) && (object.spec.b)"
+    assert validation["messageExpression"] == (
+        "[(object.spec.a) ? '' : \"spec.a\", (object.spec.b) ? '' : \"spec: b\"]"
+        ".filter(m, m != '').join('; ')"
+    )
+    assert validation["reason"] == "Invalid"  # 422, as the CRD's refusal
 
 
 def test_rules_a_policy_cannot_reach_are_refused_rather_than_dropped() -> None:

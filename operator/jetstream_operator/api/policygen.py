@@ -9,9 +9,10 @@ conditions it runs only when a spec changes, so the same rules cost nothing on s
 
 Each rule keeps the meaning it had on its schema node: it is checked when its field is
 present, a transition rule (one reading `oldSelf`) only on an update where the field was there
-before as well, and a rule on the items of a list on every item. A write that leaves the spec as
-it was is never checked, so an object admitted under older rules keeps its labels, its status
-writes and its finalizer's removal; a change of its spec is checked with every rule.
+before as well, and a rule on the items of a list on every item. A refusal names every rule the
+spec breaks, as the CRD's did. A write that leaves the spec as it was is never checked, so an
+object admitted under older rules keeps its labels, its status writes and its finalizer's
+removal; a change of its spec is checked with every rule.
 """
 
 from __future__ import annotations
@@ -96,25 +97,46 @@ def _where(path: str) -> str:
     return path.replace("[]", "")
 
 
-def validation_for(path: str, rule: JsonSchema) -> JsonSchema:
-    """One policy validation. The API server reports a policy's refusal without a field path,
-    so a message that does not name its field is prefixed with it, as the CRD's refusal was."""
+def cel_string(text: str) -> str:
+    """A CEL string literal holding `text`."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def refusal_message(path: str, rule: JsonSchema) -> str:
+    """The rule's refusal as a CEL string expression. The API server reports a policy's refusal
+    without a field path, so a message that does not name its field is prefixed with it, as
+    the CRD's refusal was."""
     where = _where(path)
-    validation: JsonSchema = {"expression": policy_expression(path, str(rule["rule"]))}
-    if "message" in rule:
-        message = str(rule["message"])
-        validation["message"] = message if where in message else f"{where}: {message}"
     if "messageExpression" in rule:
-        # Evaluated only after the expression failed, so its field is there.
+        # Evaluated only after the rule failed, so its field is there.
         if "[]" in path:
             raise ValueError(f"{path}: message expressions on list items are not supported")
         written = str(rule["messageExpression"])
         expression = _on(path, written)
-        validation["messageExpression"] = (
-            expression if where in written else f"'{where}: ' + ({expression})"
-        )
-    validation["reason"] = "Invalid"
-    return validation
+        return expression if where in written else f"{cel_string(where + ': ')} + ({expression})"
+    message = str(rule.get("message") or "fails its rule")
+    return cel_string(message if where in message else f"{where}: {message}")
+
+
+def validation_for(rules: list[tuple[str, JsonSchema]]) -> JsonSchema:
+    """One validation holding every rule, refusing with the message of each rule that failed:
+    separate validations would report only the first, where a CRD reported them all. The
+    rules are written out in both expressions rather than shared as policy variables: with
+    variables, kube-controller-manager's type check (v1.34) reported no misspelled field in
+    90 s (tests/integration/test_admission_policies.py). The message's copy is evaluated only
+    after a refusal."""
+    checks = [policy_expression(path, str(rule["rule"])) for path, rule in rules]
+    failed = [
+        f"({check}) ? '' : {refusal_message(path, rule)}"
+        for check, (path, rule) in zip(checks, rules, strict=True)
+    ]
+    return {
+        "expression": " && ".join(f"({check})" for check in checks),
+        "messageExpression": f"[{', '.join(failed)}].filter(m, m != '').join('; ')",
+        # Used only if the expression above could not produce a message.
+        "message": "spec: the spec breaks the kind's rules",
+        "reason": "Invalid",
+    }
 
 
 def admission_policy(
@@ -144,7 +166,7 @@ def admission_policy(
                 ]
             },
             "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED}],
-            "validations": [validation_for(path, rule) for path, rule in rules],
+            "validations": [validation_for(rules)],
         },
     }
     binding = {
