@@ -511,6 +511,27 @@ async def test_resyncs_of_a_stalled_resource_post_one_warning_and_send_nothing_m
     assert len(writer.patches) == 1  # the condition, once
 
 
+async def test_resyncs_of_a_refused_rename_post_one_warning_and_ask_nats_for_nothing() -> None:
+    """Drift repair sees the renamed resource's stream missing at every resync; the refusal
+    must hold without a request, a second Warning or another status write."""
+    server = FakeJetStream()
+    server.streams["ORDERS"] = {"name": "ORDERS"}
+    streams = ResourceRegistry()
+    writer = RecordingWriter()
+    memory = FailureMemory(jitter=lambda: 1.0)
+    body = stream_body("orders", "uid-1", {"name": "ORDERS2"}, streamName="ORDERS")
+    streams.observe("ADDED", body)
+    drift = watcher(streams, writer, memory)
+    for _ in range(10):
+        await drift.resync(as_api(server))
+    assert {request.split()[0] for request in server.requests} == {"LIST"}
+    assert [event for event in writer.events if event[1] == "Warning"] == [
+        ("orders", "Warning", "ImmutableFieldChanged")
+    ]
+    assert len(writer.patches) == 1  # the condition, once
+    assert set(server.streams) == {"ORDERS"}
+
+
 async def test_an_idle_resync_writes_nothing_and_one_failing_resource_stops_no_other() -> None:
     server = FakeJetStream()
     streams = ResourceRegistry()
