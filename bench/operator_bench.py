@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -851,17 +852,104 @@ def add_floor(bench: Bench, row: dict[str, Any]) -> None:
     size = row["size"]
     for operator in bench.operators:
         operator.stop()
+    cpu_before = bench.cpu_seconds()
     row["nats"] = asyncio.run(floor_nats(bench.nats.url, f"F{size}", size))
+    cpu_floor = bench.cpu_seconds() - cpu_before
     namespace = bench.namespace(f"apply-only-{size}")
     cpu_before = bench.cpu_seconds()
     row["apply"] = time_apply(bench, namespace, size, bench.apply_order)
     row["cpu_applying_alone"] = dict(bench.cpu_seconds() - cpu_before)
+    cpu_before = bench.cpu_seconds()
     row["patches"] = floor_status_patches(bench.as_controller, namespace, size)
+    row["cpu_floor"] = dict(cpu_floor + (bench.cpu_seconds() - cpu_before))
     row["delete_alone"] = delete_alone(bench.delete_one, bench.objects, namespace)
     row["floor"] = row["nats"] + row["patches"]
     row["ratio"] = row["wall"] / row["floor"]
     row["ratio_with_apply"] = row["wall"] / (row["floor"] + row["apply"])
     row["apply_slowdown"] = row["created"] / row["apply"]
+    row["cpu_bound"] = cpu_bound(row)
+    row["cpu_bound_ratio"] = row["cpu_bound"] / row["floor"]
+
+
+def cpu_bound(row: dict[str, Any]) -> float:
+    """Seconds no controller on this machine converges under: the last status write follows the
+    last apply, and the applies (with their client) and the floor's work in the servers (not
+    its clients: a controller's own may cost less) need this much CPU over the machine's cores."""
+    servers = {name: seconds for name, seconds in row["cpu_floor"].items() if name != "benchmark"}
+    needed = sum(row["cpu_applying_alone"].values()) + sum(servers.values())
+    return float(max(row["apply"], needed / (os.cpu_count() or 1)))
+
+
+def add_ideal(bench: Bench, row: dict[str, Any], timeout: float = 600) -> None:
+    """The same applies into a fresh namespace, served by bench/ideal_controller.py (the floor's
+    requests made as each object arrives, nothing else) instead of the operator: the wall and
+    the applies' slowdown no controller on this machine gets under. After the floor, with the
+    operator stopped and the floor's streams deleted, so NATS holds what it held for ours."""
+    size = row["size"]
+    asyncio.run(delete_streams(bench.nats.url, f"F{size}_"))
+    namespace = bench.namespace(f"ideal-{size}")
+    source = Path(sys.modules["jetstream_operator"].__file__ or "").resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(BENCH_DIR)])}
+    command = [
+        sys.executable,
+        str(BENCH_DIR / "ideal_controller.py"),
+        "--kubeconfig",
+        str(bench.identities.controller),
+        "--namespace",
+        namespace,
+        "--nats",
+        bench.nats.url,
+    ]
+    log = (bench.workdir / "ideal-controller.log").open("w")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        if process.stdout is None or process.stdout.readline().strip() != "watching":
+            raise RuntimeError(
+                f"ideal controller did not start: {bench.workdir}/ideal-controller.log"
+            )
+        watches = [bench.watch(namespace, plural) for plural in ("streams", "consumers")]
+        with watching(watches):
+            cpu_before = bench.cpu_seconds() + process_cpu(process.pid)
+            started = time.perf_counter()
+            t0 = time.monotonic()
+            streams = [stream_body(i, f"I{size}") for i in range(size)]
+            consumers = [consumer_body(i) for i in range(size)]
+            bench.create_in_order(namespace, applied(streams, consumers, bench.apply_order))
+            row["ideal_created"] = time.perf_counter() - started
+            row["ideal_wall"] = wait_ready(watches, size, timeout) - t0
+            row["cpu_ideal"] = dict(bench.cpu_seconds() + process_cpu(process.pid) - cpu_before)
+    finally:
+        process.terminate()
+        process.wait(30)
+        log.close()
+    row["ideal_ratio"] = row["ideal_wall"] / row["floor"]
+    row["ideal_apply_slowdown"] = row["ideal_created"] / row["apply"]
+
+
+def process_cpu(pid: int) -> Counter[str]:
+    return Counter({"controller": process_cpu_seconds(pid)})
+
+
+async def delete_streams(url: str, prefix: str) -> None:
+    """Every stream whose name starts with `prefix`, 32 at a time."""
+    nc = await nats.connect(url)
+    try:
+        jetstream, names = JetStreamApi(nc), cast(list[str], [])
+        while True:
+            page = await jetstream.request("STREAM.NAMES", {"offset": len(names)})
+            found = page.get("streams") or []
+            names += found
+            if not found or len(names) >= int(page.get("total", 0)):
+                break
+        limit = asyncio.Semaphore(32)
+
+        async def delete(name: str) -> None:
+            async with limit:
+                await jetstream.request(f"STREAM.DELETE.{name}", {})
+
+        await asyncio.gather(*(delete(n) for n in names if str(n).startswith(prefix)))
+    finally:
+        await nc.close()
 
 
 def deletion(
@@ -1428,6 +1516,8 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
                 cpu=bench.cpu_seconds,
             )
             add_floor(bench, row)
+            if args.ideal:
+                add_ideal(bench, row)
         finally:
             bench.stop()
             keep_logs(bench, args.keep_logs, f"{size}")
@@ -1558,6 +1648,7 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
         for row in rows
         if "cpu_converging" in row
     ]
+    lines += [ideal_line(row) for row in rows if "ideal_wall" in row]
     lines += [
         apiserver_profile.line(Path(found["path"]), found["seconds"], found["shares"])
         + (f" (recording failed: {found['error']})" if found["error"] else "")
@@ -1565,6 +1656,20 @@ def convergence_table(rows: list[dict[str, Any]], label: str = "") -> list[str]:
         if (found := row.get("apiserver_profile"))
     ]
     return lines
+
+
+def ideal_line(row: dict[str, Any]) -> str:
+    cpu = Counter(row["cpu_ideal"])
+    return (
+        f"- N={row['size']}, the ideal controller (bench/ideal_controller.py: the floor's "
+        f"requests as each object arrives, nothing else): **{row['ideal_wall']:.1f} s, "
+        f"{row['ideal_ratio']:.2f}x the floor**, applies {row['ideal_created']:.1f} s "
+        f"({row['ideal_apply_slowdown']:.2f}x alone); CPU s: "
+        + ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.most_common())
+        + f". CPU bound for any controller (the applies alone and the floor's server work over "
+        f"{os.cpu_count()} cores, or the applies' time if longer): {row['cpu_bound']:.1f} s, "
+        f"{row['cpu_bound_ratio']:.2f}x the floor"
+    )
 
 
 def first_changes(figures: dict[str, Any]) -> list[str]:
@@ -1848,6 +1953,12 @@ def main() -> int:
     )
     parser.add_argument("--rounds-size", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per convergence")
+    parser.add_argument(
+        "--ideal",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="after the floor, the same applies served by bench/ideal_controller.py",
+    )
     parser.add_argument(
         "--apiserver-profile",
         type=Path,
