@@ -1779,6 +1779,11 @@ def rounds_lines(rounds: list[dict[str, Any]], size: int) -> list[str]:
             f"applies {median('nack', 'apply_slowdown'):.2f}x); ours faster in {won} of "
             f"{len(both)}"
         )
+    lines += [
+        f"- round {index}: {ideal_line(runs['ours'])[2:]}"
+        for index, runs in enumerate(rounds, 1)
+        if "ideal_wall" in runs["ours"]
+    ]
     return lines
 
 
