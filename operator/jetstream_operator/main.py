@@ -34,7 +34,14 @@ from .handlers.registry import (
     ready_counts,
     spec_connection_key,
 )
-from .handlers.results import Result, deletion_blocked, paused, released, unavailable
+from .handlers.results import (
+    Result,
+    deletion_blocked,
+    needs_a_person,
+    paused,
+    released,
+    unavailable,
+)
 from .handlers.status_writes import StatusBudget, status_changes, status_patch
 from .k8s.client import KubeApi
 from .k8s.login import (
@@ -57,6 +64,7 @@ from .queueing import EventObservers, observe_events, tune_queueing
 from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
 from .reconcile.conditions import Outcome
 from .reconcile.ownership import Owner
+from .reconcile.renames import managed_connection, moved
 from .settings import OperatorSettings, default_target
 
 logger = logging.getLogger(__name__)
@@ -294,7 +302,7 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
     await memo.kubernetes.close()
 
 
-async def _jetstream(memo: kopf.Memo, namespace: str, spec: kopf.Spec) -> JetStreamApi:
+async def _jetstream(memo: kopf.Memo, namespace: str, spec: Mapping[str, Any]) -> JetStreamApi:
     directory: ConnectionDirectory = memo.directory
     pool: ConnectionPool = memo.pool
     return await pool.jetstream(await directory.target_for(namespace, spec))
@@ -326,7 +334,7 @@ def _report(
         time.perf_counter() - started,
     )
     if not _gone_after(body, deleting, result):
-        for key, value in status_changes(status, result, generation).items():
+        for key, value in status_changes(status, result, generation, body.get("spec")).items():
             patch.status[key] = value
     for event in result.events:
         events.post(body, event.type, event.reason, event.message)
@@ -421,13 +429,20 @@ async def _handle(
         result = released(what, RELEASE_ANNOTATION)
     elif not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
         result = paused(PAUSE_ANNOTATION)
+    elif not deleting and (move := moved(spec, status, kind.kind)):
+        # Before the connection is looked up: the new one may not even exist.
+        refusal = needs_a_person(move.reason, move.message())
+        result = memory.settle(owner.uid, NO_BASIS, refusal, history.ready_condition())
     else:
         async with registry.lock(owner.uid):
             watcher = memo.watchers.get(spec_connection_key(owner.namespace, spec))
             if watcher is not None:
                 watcher.looking(owner.uid)
             try:
-                jetstream = await _jetstream(memo, owner.namespace, spec)
+                # A deletion deletes what the resource manages, through the connection it
+                # was made through, wherever the spec points now (a refused move).
+                target = managed_connection(spec, status) if deleting else spec
+                jetstream = await _jetstream(memo, owner.namespace, target)
                 if watcher is not None:
                     jetstream = jetstream.noting_writes(watcher.own_writes)
                 result = await work(jetstream, owner, settings, history)

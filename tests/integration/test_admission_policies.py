@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -150,6 +151,28 @@ def without_stream_and_consumer_bindings(api_client: client.ApiClient) -> Iterat
         yield
 
 
+def stream_and_consumer(resources: Resources, stream: str, name: str, durable: str) -> None:
+    """A Stream `name` for `stream`, and a Consumer `durable` on it by streamRef."""
+    resources.create("streams", stream_manifest(name, stream))
+    consumer = {"durableName": durable, "streamRef": name, "ackPolicy": "explicit"}
+    resources.create(
+        "consumers", {"kind": "Consumer", "metadata": {"name": durable}, "spec": consumer}
+    )
+
+
+def settled(resources: Resources, plural: str, name: str) -> Callable[[], Awaitable[Any]]:
+    """A probe for `eventually`: the resource's Ready condition once it speaks of its latest
+    generation."""
+
+    async def probe() -> dict[str, Any] | None:
+        resource = resources.get(plural, name)
+        ready = condition(resource)
+        generation = (resource or {}).get("metadata", {}).get("generation")
+        return ready if ready.get("observedGeneration") == generation else None
+
+    return probe
+
+
 async def test_without_the_policies_the_operator_refuses_a_rename(
     resources: Resources, nc: Client, namespace: str, without_stream_and_consumer_bindings: None
 ) -> None:
@@ -157,21 +180,9 @@ async def test_without_the_policies_the_operator_refuses_a_rename(
     new stream or consumer would be made and the old one left behind with its data. Deleted
     while refused, a resource deletes what it manages, not what the spec names."""
     stream = f"R_{namespace}".replace("-", "_").upper()
-    resources.create("streams", stream_manifest("orders", stream))
-    consumer = {"durableName": "reader", "streamRef": "orders", "ackPolicy": "explicit"}
-    resources.create(
-        "consumers", {"kind": "Consumer", "metadata": {"name": "reader"}, "spec": consumer}
-    )
+    stream_and_consumer(resources, stream, "orders", "reader")
     jetstream = JetStreamApi(nc)
-
-    def condition_of(plural: str, name: str) -> Callable[[], Awaitable[dict[str, Any] | None]]:
-        async def settled() -> dict[str, Any] | None:
-            resource = resources.get(plural, name)
-            ready = condition(resource)
-            generation = (resource or {}).get("metadata", {}).get("generation")
-            return ready if ready.get("observedGeneration") == generation else None
-
-        return settled
+    condition_of = partial(settled, resources)
 
     assert (await eventually(condition_of("streams", "orders")))["status"] == "True"
     assert (await eventually(condition_of("consumers", "reader")))["status"] == "True"
@@ -212,6 +223,39 @@ async def test_without_the_policies_the_operator_refuses_a_rename(
     resources.delete("streams", "orders")
     await eventually(stream_deleted)
     assert await jetstream.stream_info(f"{stream}_NEW") is None
+
+
+async def test_without_the_policies_the_operator_refuses_a_move(
+    resources: Resources, nc: Client, namespace: str, without_stream_and_consumer_bindings: None
+) -> None:
+    """The policy refuses a new spec.connectionRef. Without it, the operator must: the object
+    would be made again on the other system and the first left behind. Status records the
+    connection each object was made through, and a deletion goes there."""
+    stream = f"M_{namespace}".replace("-", "_").upper()
+    stream_and_consumer(resources, stream, "moving", "mover")
+    jetstream = JetStreamApi(nc)
+
+    for plural, name in (("streams", "moving"), ("consumers", "mover")):
+        assert (await eventually(settled(resources, plural, name)))["status"] == "True"
+        assert (resources.get(plural, name) or {})["status"]["connectionRef"] == ""
+        resources.patch_spec(plural, name, {"connectionRef": "elsewhere"})
+    for plural, name in (("streams", "moving"), ("consumers", "mover")):
+        refused = await eventually(settled(resources, plural, name))
+        assert (refused["status"], refused["reason"]) == ("False", "ImmutableFieldChanged")
+        assert "spec.connectionRef changed from '' to 'elsewhere'" in refused["message"]
+        assert "through the operator's default connection" in refused["message"]
+    assert await jetstream.consumer_info(stream, "mover") is not None
+
+    async def gone(plural: str, name: str) -> bool:
+        return resources.get(plural, name) is None
+
+    # NatsConnection "elsewhere" does not exist: each deletion goes to the recorded connection.
+    resources.delete("consumers", "mover")
+    await eventually(lambda: gone("consumers", "mover"))
+    assert await jetstream.consumer_info(stream, "mover") is None
+    resources.delete("streams", "moving")
+    await eventually(lambda: gone("streams", "moving"))
+    assert await jetstream.stream_info(stream) is None
 
 
 def test_a_spec_breaking_several_rules_hears_of_each(resources: Resources, namespace: str) -> None:

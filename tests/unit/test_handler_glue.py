@@ -27,6 +27,7 @@ from jetstream_operator.nats.pool import ConnectionTarget
 from jetstream_operator.reconcile.backed import KEY_VALUE_KIND, STREAM_KIND
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
+from jetstream_operator.reconcile.renames import connection_record, managed_connection
 
 OWNER = Owner("ns", "orders", "uid-1")
 
@@ -453,6 +454,65 @@ async def test_a_renamed_bucket_or_consumer_is_refused_naming_its_field() -> Non
     assert consumer.outcome.reason == "ImmutableFieldChanged"
     assert "spec.durableName changed from 'reader' to 'reader2'" in consumer.outcome.message
     assert server.requests == []
+
+
+async def test_a_moved_stream_or_consumer_is_refused_naming_both_connections() -> None:
+    """Where no admission policy refuses a new spec.connectionRef, the operator must: the
+    object would be made again on the other system and left behind on the first."""
+    server = FakeJetStream()
+    made = {"streamName": "ORDERS", "connectionRef": ""}
+    stream = await stream_handlers.reconcile(
+        STREAM_KIND,
+        {"name": "ORDERS", "connectionRef": "other"},
+        OWNER,
+        as_api(server),
+        history=history(FailureMemory(), **made),
+    )
+    assert (stream.outcome.reason, stream.outcome.stalled) == ("ImmutableFieldChanged", True)
+    assert "spec.connectionRef changed from '' to 'other'" in stream.outcome.message
+    assert "the operator's default connection" in stream.outcome.message
+    assert "NatsConnection 'other'" in stream.outcome.message
+    consumer = await consumer_handlers.reconcile(
+        {"durableName": "reader", "streamName": "ORDERS"},
+        OWNER,
+        as_api(server),
+        stream_name="ORDERS",
+        history=history(
+            FailureMemory(), streamName="ORDERS", consumerName="reader", connectionRef="east"
+        ),
+    )
+    assert consumer.outcome.reason == "ImmutableFieldChanged"
+    assert "from 'east' to ''" in consumer.outcome.message
+    assert server.requests == []
+
+
+async def test_status_without_a_recorded_connection_refuses_no_move() -> None:
+    """Status written before the connection was recorded says nothing of where the object
+    lives; so does a status whose pass never reached an object."""
+    server = FakeJetStream()
+    for shown in ({"streamName": "ORDERS"}, {"connectionRef": "east"}):
+        result = await stream_handlers.reconcile(
+            STREAM_KIND,
+            {"name": "ORDERS", "connectionRef": "west"},
+            OWNER,
+            as_api(server),
+            history=history(FailureMemory(), **shown),
+        )
+        assert result.outcome.ready, shown
+
+
+def test_the_connection_is_recorded_only_beside_a_write_showing_a_managed_object() -> None:
+    spec = {"name": "ORDERS", "connectionRef": "east"}
+    first = {"streamName": "ORDERS", "messages": 0}
+    assert connection_record(spec, {}, first) == {"connectionRef": "east"}
+    assert connection_record({"name": "ORDERS"}, {}, first) == {"connectionRef": ""}
+    assert connection_record(spec, {"streamName": "ORDERS"}, {}) == {}  # no write of its own
+    assert connection_record(spec, {}, {"conditions": []}) == {}  # nothing made yet
+    assert connection_record(spec, {"connectionRef": "west"}, first) == {}  # never rewritten
+    refused = {"streamName": "ORDERS", "connectionRef": "west"}
+    assert managed_connection(spec, refused) == {**spec, "connectionRef": "west"}
+    assert managed_connection(spec, {**refused, "connectionRef": ""})["connectionRef"] is None
+    assert managed_connection(spec, {"streamName": "ORDERS"}) is spec
 
 
 async def test_a_stream_that_vanished_holding_data_comes_back_with_a_warning() -> None:

@@ -322,6 +322,9 @@ class ConsumerStatus(OperatorStatus):
     """The stream in NATS the consumer reads."""
     consumer_name: str | None = None
     """The name of the consumer in NATS that this resource manages."""
+    connection_ref: str | None = None
+    """The spec's connectionRef when the object was made ("" for the operator's default
+    connection); a spec naming another is refused, as the object would be left behind."""
     num_pending: int | None = None
     """Messages matching the filter not yet delivered."""
     num_ack_pending: int | None = None

@@ -406,6 +406,9 @@ class StreamBackedStatus(OperatorStatus):
 
     stream_name: str | None = None
     """The name of the stream in NATS that this resource manages."""
+    connection_ref: str | None = None
+    """The spec's connectionRef when the object was made ("" for the operator's default
+    connection); a spec naming another is refused, as the object would be left behind."""
     bytes: int | None = None
     """Bytes stored now."""
     replicas: int | None = None

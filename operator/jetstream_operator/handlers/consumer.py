@@ -35,7 +35,7 @@ from ..reconcile.consumer_plan import (
 )
 from ..reconcile.live_state import existed_before
 from ..reconcile.ownership import Owner, recorded_owner
-from ..reconcile.renames import renamed
+from ..reconcile.renames import moved, renamed
 from .failures import Basis, History, creates_unlooked, failure_basis
 from .results import (
     Event,
@@ -118,9 +118,11 @@ async def reconcile(
         return _settled(history, owner, None, None, result)
     name = consumer_spec.durable_name
     status = history.status if history is not None else {}
-    rename = renamed("durableName", status.get("consumerName"), name, "consumer", "Consumer")
-    if rename is not None:
-        result = needs_a_person(rename.reason, rename.message())
+    refusal = renamed(
+        "durableName", status.get("consumerName"), name, "consumer", "Consumer"
+    ) or moved(spec, status, "Consumer")
+    if refusal is not None:
+        result = needs_a_person(refusal.reason, refusal.message())
         return _settled(history, owner, None, None, result)
     events: list[Event] = []
     outcome = Outcome(True, "Synced", f"consumer {name} matches the spec")

@@ -15,6 +15,7 @@ from math import inf
 from typing import Any
 
 from ..reconcile.conditions import conditions_for, same_conditions
+from ..reconcile.renames import connection_record
 from .registry import TrackedResource
 from .results import Result
 
@@ -45,9 +46,13 @@ consumer counts and limits move when someone creates, deletes or configures some
 
 
 def status_changes(
-    previous: Mapping[str, Any], result: Result, generation: int | None
+    previous: Mapping[str, Any],
+    result: Result,
+    generation: int | None,
+    spec: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The status keys whose value a pass changes; empty when a write would change nothing."""
+    """The status keys whose value a pass changes; empty when a write would change nothing.
+    With the `spec`, a write showing a managed object records its connection too."""
     changes: dict[str, Any] = {}
     before = previous.get("conditions") or []
     conditions = conditions_for(result.outcome, generation, before)
@@ -59,6 +64,8 @@ def status_changes(
     for key, value in result.status.items():
         if previous.get(key) != value:
             changes[key] = value
+    if spec is not None:
+        changes.update(connection_record(spec, previous, changes))
     return changes
 
 
@@ -149,7 +156,7 @@ def status_patch(
 ) -> dict[str, Any] | None:
     """The status to write after a drift pass, or None when nothing visible changed or only
     counters changed and the budget says not yet."""
-    changes = status_changes(resource.status, result, resource.generation)
+    changes = status_changes(resource.status, result, resource.generation, resource.spec)
     if not changes:
         return None
     uid = resource.owner.uid

@@ -22,6 +22,7 @@ from ..reconcile.live_state import (
 )
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
+from ..reconcile.renames import moved
 from ..reconcile.stream_plan import (
     CreateStream,
     InSync,
@@ -83,9 +84,10 @@ async def reconcile(
     except ValidationError as error:
         result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
         return _settled(history, owner, None, result)
-    rename = kind.renamed(spec, history.status) if history is not None else None
-    if rename is not None:
-        return _settled(history, owner, None, needs_a_person(rename.reason, rename.message()))
+    status = history.status if history is not None else {}
+    refusal = kind.renamed(spec, status) or moved(spec, status, kind.resource.kind)
+    if refusal is not None:
+        return _settled(history, owner, None, needs_a_person(refusal.reason, refusal.message()))
     name = stream_spec.name
     what = kind.describe(spec)
     events: list[Event] = []

@@ -8,7 +8,9 @@ name its status recorded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
 """The reason of every refusal of a change the server cannot make in place."""
@@ -46,3 +48,77 @@ def renamed(
     if not isinstance(managed, str) or not managed or declared is None or managed == declared:
         return None
     return Renamed(field, managed, declared, noun, kind)
+
+
+CONNECTION_KEY = "connectionRef"
+"""The status key recording the connection a resource's object was made through: the spec's
+`connectionRef` then, "" for the operator's default connection."""
+MANAGED_KEYS = ("streamName", "consumerName")
+"""Status keys present once a resource manages an object in NATS."""
+
+
+def declared_connection(spec: Mapping[str, Any]) -> str:
+    return str(spec.get(CONNECTION_KEY) or "")
+
+
+def _describe_connection(reference: str) -> str:
+    return f"NatsConnection {reference!r}" if reference else "the operator's default connection"
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A spec naming another connection than the one its resource's object lives behind."""
+
+    managed: str
+    declared: str
+    what: str
+    """The object as a person calls it: "stream 'ORDERS'"."""
+    kind: str
+    reason: str = IMMUTABLE_FIELD_CHANGED
+
+    def message(self) -> str:
+        return (
+            f"spec.connectionRef changed from {self.managed!r} to {self.declared!r}, but this "
+            f"resource manages {self.what} through {_describe_connection(self.managed)}: it "
+            f"would be made again through {_describe_connection(self.declared)} and left "
+            f"behind with its data. Set spec.connectionRef back to {self.managed!r}, or create "
+            f"a new {self.kind} resource for the other system (the admission policy that "
+            "refuses this change is not in effect on this cluster)"
+        )
+
+
+def moved(spec: Mapping[str, Any], status: Mapping[str, Any], kind: str) -> Moved | None:
+    """The move, when status recorded the connection of a managed object and the spec names
+    another. Status written before the connection was recorded tells nothing: no move. The
+    kopf handlers and drift repair both ask, so it words itself: one message, one Warning."""
+    if CONNECTION_KEY not in status or not any(status.get(key) for key in MANAGED_KEYS):
+        return None
+    managed, declared = str(status.get(CONNECTION_KEY) or ""), declared_connection(spec)
+    if managed == declared:
+        return None
+    name = spec.get("name") or spec.get("bucket") or spec.get("durableName")
+    return Moved(managed, declared, f"{kind.lower()} {name!r}", kind)
+
+
+def managed_connection(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The spec with the connection its object lives behind, for deleting that object where a
+    move was refused; the spec itself otherwise."""
+    if CONNECTION_KEY not in status or not any(status.get(key) for key in MANAGED_KEYS):
+        return spec
+    managed = str(status.get(CONNECTION_KEY) or "")
+    if managed == declared_connection(spec):
+        return spec
+    return {**spec, CONNECTION_KEY: managed or None}
+
+
+def connection_record(
+    spec: Mapping[str, Any], previous: Mapping[str, Any], changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The connection to record beside a status write that shows a managed object and has none
+    recorded yet. Only beside a write made anyway: resources made before the record existed
+    gain it with their next change, not with a write of its own."""
+    if not changes or CONNECTION_KEY in previous:
+        return {}
+    if not any({**previous, **changes}.get(key) for key in MANAGED_KEYS):
+        return {}
+    return {CONNECTION_KEY: declared_connection(spec)}
