@@ -429,8 +429,9 @@ async def _handle(
         result = released(what, RELEASE_ANNOTATION)
     elif not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
         result = paused(PAUSE_ANNOTATION)
-    elif not deleting and (move := moved(spec, status, kind.kind)):
-        # Before the connection is looked up: the new one may not even exist.
+    elif not deleting and not settings.read_only and (move := moved(spec, status, kind.kind)):
+        # Before the connection is looked up: the new one may not even exist. A read-only
+        # operator made nothing, so it may look wherever the spec points.
         refusal = needs_a_person(move.reason, move.message())
         result = memory.settle(owner.uid, NO_BASIS, refusal, history.ready_condition())
     else:

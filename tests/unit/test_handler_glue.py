@@ -484,6 +484,16 @@ async def test_a_moved_stream_or_consumer_is_refused_naming_both_connections() -
     assert consumer.outcome.reason == "ImmutableFieldChanged"
     assert "from 'east' to ''" in consumer.outcome.message
     assert server.requests == []
+    # A read-only operator made nothing, so it may look wherever the spec points.
+    looked = await stream_handlers.reconcile(
+        STREAM_KIND,
+        {"name": "ORDERS", "connectionRef": "other"},
+        OWNER,
+        as_api(server),
+        read_only=True,
+        history=history(FailureMemory(), **made),
+    )
+    assert looked.outcome.reason == "ReadOnly", looked.outcome
 
 
 async def test_status_without_a_recorded_connection_refuses_no_move() -> None:

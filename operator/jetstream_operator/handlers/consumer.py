@@ -118,9 +118,9 @@ async def reconcile(
         return _settled(history, owner, None, None, result)
     name = consumer_spec.durable_name
     status = history.status if history is not None else {}
-    refusal = renamed(
-        "durableName", status.get("consumerName"), name, "consumer", "Consumer"
-    ) or moved(spec, status, "Consumer")
+    refusal = renamed("durableName", status.get("consumerName"), name, "consumer", "Consumer") or (
+        None if read_only else moved(spec, status, "Consumer")
+    )
     if refusal is not None:
         result = needs_a_person(refusal.reason, refusal.message())
         return _settled(history, owner, None, None, result)

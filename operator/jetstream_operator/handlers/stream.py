@@ -85,7 +85,9 @@ async def reconcile(
         result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
         return _settled(history, owner, None, result)
     status = history.status if history is not None else {}
-    refusal = kind.renamed(spec, status) or moved(spec, status, kind.resource.kind)
+    refusal = kind.renamed(spec, status) or (
+        None if read_only else moved(spec, status, kind.resource.kind)
+    )
     if refusal is not None:
         return _settled(history, owner, None, needs_a_person(refusal.reason, refusal.message()))
     name = stream_spec.name

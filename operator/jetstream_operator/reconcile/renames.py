@@ -87,14 +87,20 @@ class Moved:
         )
 
 
-def moved(spec: Mapping[str, Any], status: Mapping[str, Any], kind: str) -> Moved | None:
-    """The move, when status recorded the connection of a managed object and the spec names
-    another. Status written before the connection was recorded tells nothing: no move. The
-    kopf handlers and drift repair both ask, so it words itself: one message, one Warning."""
+def recorded_connection(status: Mapping[str, Any]) -> str | None:
+    """The connection status recorded for a managed object; None when it recorded none (status
+    written before the record existed, or no object made yet)."""
     if CONNECTION_KEY not in status or not any(status.get(key) for key in MANAGED_KEYS):
         return None
-    managed, declared = str(status.get(CONNECTION_KEY) or ""), declared_connection(spec)
-    if managed == declared:
+    return str(status.get(CONNECTION_KEY) or "")
+
+
+def moved(spec: Mapping[str, Any], status: Mapping[str, Any], kind: str) -> Moved | None:
+    """The move, when status recorded the connection of a managed object and the spec names
+    another. The kopf handlers and drift repair both ask, so it words itself: one message, one
+    Warning."""
+    managed, declared = recorded_connection(status), declared_connection(spec)
+    if managed is None or managed == declared:
         return None
     name = spec.get("name") or spec.get("bucket") or spec.get("durableName")
     return Moved(managed, declared, f"{kind.lower()} {name!r}", kind)
@@ -103,10 +109,8 @@ def moved(spec: Mapping[str, Any], status: Mapping[str, Any], kind: str) -> Move
 def managed_connection(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, Any]:
     """The spec with the connection its object lives behind, for deleting that object where a
     move was refused; the spec itself otherwise."""
-    if CONNECTION_KEY not in status or not any(status.get(key) for key in MANAGED_KEYS):
-        return spec
-    managed = str(status.get(CONNECTION_KEY) or "")
-    if managed == declared_connection(spec):
+    managed = recorded_connection(status)
+    if managed is None or managed == declared_connection(spec):
         return spec
     return {**spec, CONNECTION_KEY: managed or None}
 
