@@ -882,9 +882,11 @@ def cpu_bound(row: dict[str, Any]) -> float:
 
 def add_ideal(bench: Bench, row: dict[str, Any], timeout: float = 600) -> None:
     """The same applies into a fresh namespace, served by bench/ideal_controller.py (the floor's
-    requests made as each object arrives, nothing else) instead of the operator: the wall and
-    the applies' slowdown no controller on this machine gets under. After the floor, with the
-    operator stopped and the floor's streams deleted, so NATS holds what it held for ours."""
+    requests made as each object arrives, nothing else) instead of the operator: what doing only
+    the unavoidable work, at once, gets on this machine. A reference, not a bound: a controller
+    that holds back while the applies run slows them less and may finish as soon (cpu_bound is
+    the bound). After the floor, with the operator stopped and the floor's streams deleted, so
+    NATS holds what it held for ours."""
     size = row["size"]
     asyncio.run(delete_streams(bench.nats.url, f"F{size}_"))
     namespace = bench.namespace(f"ideal-{size}")
