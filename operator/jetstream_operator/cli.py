@@ -79,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from .memory import compact_kopf_bodies, shrink_tls_read_buffers
+    from .patching import lighten_patch_remainders
     from .queueing import streamline_workers
     from .settings import OperatorSettings
 
@@ -91,6 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     collect_garbage_less_often()
     shrink_tls_read_buffers()
     compact_kopf_bodies()
+    lighten_patch_remainders()
     handlers.serve_events(by_workers=streamline_workers())
     # kopf's formatter names the resource (namespace/name) on every line it logs for one;
     # JSON puts it in fields ("object") for log pipelines.
