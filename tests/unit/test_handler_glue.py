@@ -456,6 +456,36 @@ async def test_a_renamed_bucket_or_consumer_is_refused_naming_its_field() -> Non
     assert server.requests == []
 
 
+async def test_a_rejected_update_waits_its_backoff_whether_a_listing_or_an_info_shows_it() -> None:
+    """An INFO shows the server's own `_nats.ver` and `_nats.level` in the metadata, a listing
+    does not: going from one to the other is no change on the server, so a refused update is
+    not sent again before its backoff ran out (tests/integration/
+    test_transitions_without_policies.py saw one every half second)."""
+    server = FakeJetStream()
+    memory = FailureMemory(jitter=lambda: 1.0)
+    spec = {"name": "ORDERS", "subjects": ["orders.>"]}
+    await stream_handlers.reconcile(
+        STREAM_KIND, spec, OWNER, as_api(server), history=history(memory)
+    )
+    stored = server.streams["ORDERS"]
+    listed = server._info("ORDERS")
+    stored["metadata"] = {**stored["metadata"], "_nats.ver": "2.12.8", "_nats.level": "3"}
+    server.refuse = "stream configuration update can not change storage type"
+    changed = {**spec, "description": "new"}
+    shown = conditions_for(Outcome(True, "Synced", "stream ORDERS matches the spec"), 1)
+    for known in (None, listed, None, listed):
+        result = await stream_handlers.reconcile(
+            STREAM_KIND,
+            changed,
+            OWNER,
+            as_api(server),
+            known_info=known,
+            history=history(memory, conditions=shown),
+        )
+        assert result.outcome.reason == "ServerRejected"
+    assert server.sent("UPDATE") == 1
+
+
 async def test_a_moved_stream_or_consumer_is_refused_naming_both_connections() -> None:
     """Where no admission policy refuses a new spec.connectionRef, the operator must: the
     object would be made again on the other system and left behind on the first."""

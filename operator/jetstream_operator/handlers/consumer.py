@@ -36,6 +36,7 @@ from ..reconcile.consumer_plan import (
 from ..reconcile.live_state import existed_before
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.renames import moved, renamed
+from ..reconcile.stream_config import without_server_metadata
 from .failures import Basis, History, creates_unlooked, failure_basis
 from .results import (
     Event,
@@ -197,7 +198,8 @@ async def reconcile(
                     continue
                 case UpdateConsumer(stream=target, config=config):
                     actual = (info or {}).get("config") or {}
-                    if history is not None and history.memory.repeats(owner.uid, actual, config):
+                    observed = without_server_metadata(actual)
+                    if history is not None and history.memory.repeats(owner.uid, observed, config):
                         result = not_converging(f"consumer {name}", action.summary())
                         return _settled(history, owner, stream_info, info, result)
                     recorded = recorded_owner(dict(actual))
@@ -252,7 +254,8 @@ async def _look(
 def _basis(
     history: History, stream_info: Mapping[str, Any] | None, info: Mapping[str, Any] | None
 ) -> Basis:
-    return failure_basis(history.generation, [stream_info is not None, (info or {}).get("config")])
+    config = without_server_metadata((info or {}).get("config"))
+    return failure_basis(history.generation, [stream_info is not None, config])
 
 
 def _settled(

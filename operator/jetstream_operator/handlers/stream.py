@@ -23,6 +23,7 @@ from ..reconcile.live_state import (
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.renames import moved
+from ..reconcile.stream_config import without_server_metadata
 from ..reconcile.stream_plan import (
     CreateStream,
     InSync,
@@ -143,7 +144,7 @@ async def reconcile(
                 case UpdateStream():
                     actual = (info or {}).get("config") or {}
                     if history is not None and history.memory.repeats(
-                        owner.uid, actual, action.config
+                        owner.uid, without_server_metadata(actual), action.config
                     ):
                         result = not_converging(what, action.summary())
                         return _settled(history, owner, info, result)
@@ -199,7 +200,7 @@ async def _object_count(
 
 
 def _basis(history: History, info: Mapping[str, Any] | None) -> Basis:
-    return failure_basis(history.generation, (info or {}).get("config"))
+    return failure_basis(history.generation, without_server_metadata((info or {}).get("config")))
 
 
 def _settled(

@@ -6,6 +6,7 @@ so a field removed from the spec returns to its default on the server instead of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -248,6 +249,17 @@ def _prune(value: Any) -> Any:
     if isinstance(value, list):
         return [_prune(item) for item in value]
     return value
+
+
+def without_server_metadata(config: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A stream's or consumer's config from the server without the metadata the server keeps
+    itself: an INFO shows `_nats.ver` and `_nats.level` where a listing does not, so what
+    stands for the server's state (a failure's basis, an update already sent) leaves them out.
+    Otherwise each resync's listing would read as a change on the server, and a refused update
+    would be retried at once instead of after its backoff."""
+    if not config or not isinstance(config.get("metadata"), Mapping):
+        return config
+    return {**config, "metadata": _user_metadata(config["metadata"])}
 
 
 def _user_metadata(value: Any) -> dict[str, str]:
