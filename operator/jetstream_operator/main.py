@@ -64,7 +64,7 @@ from .queueing import EventObservers, observe_events, tune_queueing
 from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
 from .reconcile.conditions import Outcome
 from .reconcile.ownership import Owner
-from .reconcile.renames import managed_connection, moved
+from .reconcile.renames import managed_connection, managed_stream, moved
 from .settings import OperatorSettings, default_target
 
 logger = logging.getLogger(__name__)
@@ -804,15 +804,17 @@ async def finalize_consumer(
     async def work(
         jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
     ) -> Result:
-        # The Stream resource may be gone already, or not yet known after a restart: status
-        # recorded which stream the consumer was created on.
+        # A managed consumer is where status recorded it, whatever stream the spec names now
+        # (a new streamName the policies would have refused). Before one is managed, the
+        # Stream resource may be gone already, or not yet known after a restart.
         recorded = status.get("streamName")
         managed = status.get("consumerName")
         return await consumer_handlers.finalize(
             spec,
             owner,
             jetstream,
-            stream_name=_resolved_stream(memo, owner, spec)
+            stream_name=managed_stream(status)
+            or _resolved_stream(memo, owner, spec)
             or (recorded if isinstance(recorded, str) else None),
             consumer_name=managed if isinstance(managed, str) and managed else None,
             read_only=settings.read_only,

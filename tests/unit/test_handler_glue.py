@@ -456,6 +456,31 @@ async def test_a_renamed_bucket_or_consumer_is_refused_naming_its_field() -> Non
     assert server.requests == []
 
 
+async def test_a_consumer_pointed_at_another_stream_is_refused_naming_both() -> None:
+    """Where no admission policy refuses a new spec.streamName or streamRef, the operator
+    must: a consumer would be made on the other stream and the first one left behind."""
+    server = FakeJetStream()
+    server.streams["ORDERS"] = {"name": "ORDERS"}
+    server.streams["OTHER"] = {"name": "OTHER"}
+    for field, spec in (
+        ("streamName", {"durableName": "reader", "streamName": "OTHER"}),
+        ("streamRef", {"durableName": "reader", "streamRef": "other"}),
+    ):
+        result = await consumer_handlers.reconcile(
+            spec,
+            OWNER,
+            as_api(server),
+            stream_name="OTHER",
+            history=history(FailureMemory(), streamName="ORDERS", consumerName="reader"),
+        )
+        assert result.outcome.reason == "ImmutableFieldChanged"
+        assert (
+            f"spec.{field} now names stream 'OTHER', but this resource manages consumer "
+            "'reader' of stream 'ORDERS'"
+        ) in result.outcome.message
+    assert server.requests == []
+
+
 async def test_a_rejected_update_waits_its_backoff_whether_a_listing_or_an_info_shows_it() -> None:
     """An INFO shows the server's own `_nats.ver` and `_nats.level` in the metadata, a listing
     does not: going from one to the other is no change on the server, so a refused update is

@@ -19,7 +19,7 @@ from .bucket_config import (
     objectstore_stream_spec,
 )
 from .live_state import keyvalue_live_state, objectstore_live_state, stream_live_state
-from .renames import Renamed, renamed
+from .renames import Refused, renamed
 
 
 def _as_stream(spec: Any) -> StreamSpec:
@@ -64,7 +64,7 @@ class StreamBackedKind:
             return None
         return stream[len(self.stream_prefix) :]
 
-    def renamed(self, spec: Mapping[str, Any], status: Mapping[str, Any]) -> Renamed | None:
+    def renamed(self, spec: Mapping[str, Any], status: Mapping[str, Any]) -> Refused | None:
         """The spec naming another stream than the one its status shows this resource
         manages."""
         managed = status.get("streamName")

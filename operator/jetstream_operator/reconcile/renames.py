@@ -16,38 +16,64 @@ IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
 """The reason of every refusal of a change the server cannot make in place."""
 
 
+POLICY_ABSENT = "(the admission policy that refuses this change is not in effect on this cluster)"
+
+
 @dataclass(frozen=True)
-class Renamed:
-    field: str
-    """The spec field naming the object: "name", "bucket", "durableName"."""
-    managed: str
-    """Its value for the object this resource manages in NATS."""
-    declared: str
-    """Its value in the spec now."""
-    noun: str
-    """What a person calls the object: "stream", "key-value bucket", "consumer"."""
-    kind: str
-    """The resource's kind, for the way out."""
+class Refused:
+    """A spec change the operator refuses itself: the object it manages in NATS cannot follow
+    it, and following it would leave that object behind. Both the kopf handlers and drift
+    repair ask, so the refusal words itself: one message, one Warning."""
+
+    text: str
     reason: str = IMMUTABLE_FIELD_CHANGED
 
     def message(self) -> str:
-        return (
-            f"spec.{self.field} changed from {self.managed!r} to {self.declared!r}, but this "
-            f"resource manages {self.noun} {self.managed!r} in NATS, which cannot be renamed: a "
-            f"new {self.noun} would be made and {self.managed!r} left behind with its data. Set "
-            f"spec.{self.field} back to {self.managed!r}, or create a new {self.kind} resource "
-            f"for {self.declared!r} (the admission policy that refuses this change is not in "
-            "effect on this cluster)"
-        )
+        return self.text
 
 
 def renamed(
     field: str, managed: object, declared: str | None, noun: str, kind: str
-) -> Renamed | None:
-    """The rename, when the status recorded a managed object and the spec names another."""
+) -> Refused | None:
+    """The rename, when the status recorded a managed object and the spec names another.
+    `field` names the object ("name", "bucket", "durableName"); `noun` is what a person calls
+    it ("stream", "key-value bucket", "consumer"); `kind` is the resource's, for the way out."""
     if not isinstance(managed, str) or not managed or declared is None or managed == declared:
         return None
-    return Renamed(field, managed, declared, noun, kind)
+    return Refused(
+        f"spec.{field} changed from {managed!r} to {declared!r}, but this resource manages "
+        f"{noun} {managed!r} in NATS, which cannot be renamed: a new {noun} would be made and "
+        f"{managed!r} left behind with its data. Set spec.{field} back to {managed!r}, or "
+        f"create a new {kind} resource for {declared!r} {POLICY_ABSENT}"
+    )
+
+
+def restreamed(
+    spec: Mapping[str, Any], status: Mapping[str, Any], declared: str | None
+) -> Refused | None:
+    """The move to another stream, when status recorded the stream of a managed consumer and
+    the spec now names another (`declared`, as resolved; None while a streamRef finds none)."""
+    managed = managed_stream(status)
+    if managed is None or declared is None or declared == managed:
+        return None
+    field = "streamName" if spec.get("streamName") else "streamRef"
+    consumer = status["consumerName"]
+    return Refused(
+        f"spec.{field} now names stream {declared!r}, but this resource manages consumer "
+        f"{consumer!r} of stream {managed!r} in NATS, which cannot move to another stream: a "
+        f"new consumer would be made on {declared!r} and {consumer!r} left behind on "
+        f"{managed!r} with its position. Set spec.{field} back to name stream {managed!r}, or "
+        f"create a new Consumer resource for stream {declared!r} {POLICY_ABSENT}"
+    )
+
+
+def managed_stream(status: Mapping[str, Any]) -> str | None:
+    """The stream a managed consumer lives on, as status recorded it; None until a consumer is
+    managed. A deletion looks there, whatever stream the spec names now."""
+    managed, consumer = status.get("streamName"), status.get("consumerName")
+    if not isinstance(managed, str) or not managed or not isinstance(consumer, str) or not consumer:
+        return None
+    return managed
 
 
 CONNECTION_KEY = "connectionRef"
@@ -65,28 +91,6 @@ def _describe_connection(reference: str) -> str:
     return f"NatsConnection {reference!r}" if reference else "the operator's default connection"
 
 
-@dataclass(frozen=True)
-class Moved:
-    """A spec naming another connection than the one its resource's object lives behind."""
-
-    managed: str
-    declared: str
-    what: str
-    """The object as a person calls it: "stream 'ORDERS'"."""
-    kind: str
-    reason: str = IMMUTABLE_FIELD_CHANGED
-
-    def message(self) -> str:
-        return (
-            f"spec.connectionRef changed from {self.managed!r} to {self.declared!r}, but this "
-            f"resource manages {self.what} through {_describe_connection(self.managed)}: it "
-            f"would be made again through {_describe_connection(self.declared)} and left "
-            f"behind with its data. Set spec.connectionRef back to {self.managed!r}, or create "
-            f"a new {self.kind} resource for the other system (the admission policy that "
-            "refuses this change is not in effect on this cluster)"
-        )
-
-
 def recorded_connection(status: Mapping[str, Any]) -> str | None:
     """The connection status recorded for a managed object; None when it recorded none (status
     written before the record existed, or no object made yet)."""
@@ -95,15 +99,20 @@ def recorded_connection(status: Mapping[str, Any]) -> str | None:
     return str(status.get(CONNECTION_KEY) or "")
 
 
-def moved(spec: Mapping[str, Any], status: Mapping[str, Any], kind: str) -> Moved | None:
+def moved(spec: Mapping[str, Any], status: Mapping[str, Any], kind: str) -> Refused | None:
     """The move, when status recorded the connection of a managed object and the spec names
-    another. The kopf handlers and drift repair both ask, so it words itself: one message, one
-    Warning."""
+    another."""
     managed, declared = recorded_connection(status), declared_connection(spec)
     if managed is None or managed == declared:
         return None
     name = spec.get("name") or spec.get("bucket") or spec.get("durableName")
-    return Moved(managed, declared, f"{kind.lower()} {name!r}", kind)
+    return Refused(
+        f"spec.connectionRef changed from {managed!r} to {declared!r}, but this resource "
+        f"manages {kind.lower()} {name!r} through {_describe_connection(managed)}: it would be "
+        f"made again through {_describe_connection(declared)} and left behind with its data. "
+        f"Set spec.connectionRef back to {managed!r}, or create a new {kind} resource for the "
+        f"other system {POLICY_ABSENT}"
+    )
 
 
 def managed_connection(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, Any]:
