@@ -197,6 +197,44 @@ async def test_pull_consumer_serves_a_client_and_status_follows(
     assert status["streamName"] == stream
 
 
+async def test_figures_held_back_by_the_status_budget_reach_status_once_it_allows(
+    operator_process: OperatorProcess, resources: Resources, nc: Client, namespace: str
+) -> None:
+    """Messages arrive just after the consumers' figures were written: the budget holds the new
+    ones back for its interval, and they stop moving. The stream's consumers must still be
+    looked at again until the figures are written; otherwise status shows the old ones until
+    the next idle look, hours later."""
+    interval = 10.0
+    with operator_variant(operator_process, JETSTREAM_OPERATOR_STATUS_INTERVAL=str(interval)):
+        stream, subject = await make_stream(resources, nc, namespace)
+        names = [f"held{index}" for index in range(3)]
+        for name in names:
+            resources.create(
+                "consumers",
+                consumer_manifest(name, durableName=name.upper(), streamRef="source"),
+            )
+        for name in names:
+            await eventually(partial(ready, resources, "consumers", name))
+        js = nc.jetstream()
+
+        async def all_pending(count: int) -> bool:
+            shown = [
+                ((resources.get("consumers", name) or {}).get("status") or {}).get("numPending")
+                for name in names
+            ]
+            return shown == [count] * len(names)
+
+        await js.publish(f"{subject}.job", b"0")
+        await eventually(partial(all_pending, 1), timeout=3 * interval)  # the interval starts
+        for index in range(1, 3):
+            await js.publish(f"{subject}.job", str(index).encode())
+        jetstream = JetStreamApi(nc)
+        for name in names:
+            info = await jetstream.consumer_info(stream, name.upper())
+            assert info is not None and info["num_pending"] == 3
+        await eventually(partial(all_pending, 3), timeout=3 * interval)
+
+
 async def test_an_idle_consumer_costs_no_listing_until_clients_read_again(
     resources: Resources, nc: Client, namespace: str
 ) -> None:

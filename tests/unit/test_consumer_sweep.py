@@ -141,3 +141,17 @@ def test_a_stream_first_seen_with_messages_counts_as_active() -> None:
     assert sweep.choose(infos, names) == {"FULL"}
     sweep.looked("FULL", consumers(C=(5, 0)))
     assert sweep.choose(infos, names) == set()
+
+
+def test_a_stream_whose_consumer_status_is_behind_is_looked_at_again_until_written() -> None:
+    """Figures that stopped moving after their write was held back by the status budget:
+    without `behind` the stream turns idle and status keeps the old figures for hours."""
+    sweep = ConsumerSweep(share=1.0, idle_share=0.0)
+    sweep.choose(listing(["S"]), ["S"])
+    sweep.looked("S", consumers(C=(10, 0)))
+    sweep.looked("S", consumers(C=(10, 0)))  # nothing moves between looks: idle
+    assert sweep.choose(listing(["S"]), ["S"]) == set()
+    sweep.behind("S")  # the look found figures its status write could not carry yet
+    assert sweep.choose(listing(["S"]), ["S"]) == {"S"}
+    sweep.looked("S", consumers(C=(10, 0)))  # looked again, written this time
+    assert sweep.choose(listing(["S"]), ["S"]) == set()

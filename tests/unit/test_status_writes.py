@@ -133,3 +133,30 @@ def test_busy_passes_stay_within_the_bound_the_benchmark_reports() -> None:
             for start in sorted(set(written_at))
         )
         assert budget.rate * seconds < busiest <= bound
+
+
+def test_a_held_back_write_leaves_the_resource_behind_until_status_catches_up() -> None:
+    """Whoever looks must know to look again: a figure that stops moving after its write was
+    held back would otherwise stay wrong in status until the next idle look."""
+    clock = Clock()
+    budget = StatusBudget(interval=60.0, rate=100.0, burst=100.0, clock=clock)
+    resource = tracked(settled_status(messages=1))
+    assert status_patch(resource, Result(SYNCED, status={"messages": 2}), budget)
+    assert not budget.behind(resource.owner.uid)
+    clock.now = 30.0
+    assert status_patch(resource, Result(SYNCED, status={"messages": 3}), budget) is None
+    assert budget.behind(resource.owner.uid)
+    clock.now = 61.0  # written at last
+    assert status_patch(resource, Result(SYNCED, status={"messages": 3}), budget)
+    assert not budget.behind(resource.owner.uid)
+    clock.now = 90.0  # held back again, then the figure returns to what status holds
+    assert status_patch(resource, Result(SYNCED, status={"messages": 4}), budget) is None
+    assert budget.behind(resource.owner.uid)
+    assert status_patch(resource, Result(SYNCED, status={"messages": 1}), budget) is None
+    assert not budget.behind(resource.owner.uid)
+    # Refused by the overall rate, not the interval: behind as well; forgetting clears it.
+    empty = StatusBudget(interval=60.0, rate=0.0, burst=0.0, clock=clock)
+    assert status_patch(resource, Result(SYNCED, status={"messages": 2}), empty) is None
+    assert empty.behind(resource.owner.uid)
+    empty.forget(resource.owner.uid)
+    assert not empty.behind(resource.owner.uid)

@@ -212,6 +212,11 @@ class ConsumerSweep:
         else:
             self._active.discard(stream)
 
+    def behind(self, stream: str) -> None:
+        """A consumer's status is behind the figures this look found (its write was held back by
+        the status budget): keep the stream active, so it is looked at again until written."""
+        self._active.add(stream)
+
     def choose(self, infos: Mapping[str, Mapping[str, Any]], streams: Iterable[str]) -> set[str]:
         ordered = sorted(set(streams))
         if self._everything:
@@ -617,6 +622,9 @@ class DriftWatcher:
             for resource in resources:
                 known = consumers.get(str(resource.spec_text("durableName")))
                 await self._repair(CONSUMER, resource, jetstream, known, infos[stream])
+            budget = self._budget
+            if budget is not None and any(budget.behind(r.owner.uid) for r in resources):
+                self._sweep.behind(stream)
         # Later listings are newer than every look recorded before this one.
         self._looked_at = {uid: at for uid, at in self._looked_at.items() if at > as_of}
 

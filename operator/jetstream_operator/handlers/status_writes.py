@@ -100,13 +100,18 @@ def _without_lag(replicas: Any) -> list[Any]:
 @dataclass
 class StatusBudget:
     """At most one counter-only write per resource per `interval`, and at most `rate` such
-    writes a second overall (a token bucket holding `burst`)."""
+    writes a second overall (a token bucket holding `burst`).
+
+    A refused write leaves the resource's status behind its figures (`behind`) until one is
+    written: whoever looks must look again, or a figure that then stops moving stays wrong in
+    status until the next idle look, hours later."""
 
     interval: float = 60.0
     rate: float = 5.0
     burst: float = 50.0
     clock: Callable[[], float] = time.monotonic
     _written: dict[str, float] = field(default_factory=dict)
+    _behind: set[str] = field(default_factory=set)
     _tokens: float = -1.0
     _filled_at: float = 0.0
 
@@ -132,23 +137,35 @@ class StatusBudget:
     def allows(self, uid: str) -> bool:
         now = self.clock()
         if now - self._written.get(uid, float("-inf")) < self.interval:
+            self._behind.add(uid)
             return False
         if self._tokens < 0:
             self._tokens, self._filled_at = self.burst, now
         self._tokens = min(self.burst, self._tokens + (now - self._filled_at) * self.rate)
         self._filled_at = now
         if self._tokens < 1:
+            self._behind.add(uid)
             return False
         self._tokens -= 1
-        self._written[uid] = now
+        self.wrote(uid, now)
         return True
 
-    def wrote(self, uid: str) -> None:
+    def wrote(self, uid: str, now: float | None = None) -> None:
         """A write for another reason carried the counters too: the interval starts again."""
-        self._written[uid] = self.clock()
+        self._written[uid] = self.clock() if now is None else now
+        self._behind.discard(uid)
+
+    def behind(self, uid: str) -> bool:
+        """Its last counter write was refused, and status has not caught up since."""
+        return uid in self._behind
+
+    def caught_up(self, uid: str) -> None:
+        """Status shows what was found (the figures went back to what it holds)."""
+        self._behind.discard(uid)
 
     def forget(self, uid: str) -> None:
         self._written.pop(uid, None)
+        self._behind.discard(uid)
 
 
 def status_patch(
@@ -157,9 +174,11 @@ def status_patch(
     """The status to write after a drift pass, or None when nothing visible changed or only
     counters changed and the budget says not yet."""
     changes = status_changes(resource.status, result, resource.generation, resource.spec)
-    if not changes:
-        return None
     uid = resource.owner.uid
+    if not changes:
+        if budget is not None:
+            budget.caught_up(uid)
+        return None
     if budget is not None:
         if only_counters(changes, resource.status):
             if not budget.allows(uid):
