@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from jetstream_operator.api.stream import StreamSpec
 from jetstream_operator.reconcile.live_state import existed_before
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
+from jetstream_operator.reconcile.renames import Refused
 from jetstream_operator.reconcile.stream_config import config_differences, desired_stream_config
 from jetstream_operator.reconcile.stream_plan import (
     CreateStream,
@@ -169,8 +170,8 @@ def test_create_only_fields_are_kept_as_the_server_has_them_and_never_drift() ->
     current = server_view(desired_stream_config(spec(firstSequence=100), OWNER))
     current["first_seq"] = 100
     assert isinstance(plan_stream(spec(firstSequence=100), OWNER, {"config": current}), InSync)
-    # The spec's value changed: it only applied at creation, so the server's stays.
-    action = plan_stream(spec(firstSequence=7, maxMsgs=3), OWNER, {"config": current})
+    # An update carries the server's own value: a changed one is refused (below).
+    action = plan_stream(spec(firstSequence=100, maxMsgs=3), OWNER, {"config": current})
     assert isinstance(action, UpdateStream) and action.config["first_seq"] == 100
     # Left out of an update the server would drop it.
     released = release_request(OWNER, {"config": current})
@@ -250,3 +251,37 @@ def test_a_create_reply_tells_an_object_that_was_there_by_the_servers_own_times(
 ) -> None:
     """Older than its reply by more than a raft round: the create found it there."""
     assert existed_before(reply) is before
+
+
+def _existing(config_spec: dict[str, Any], last_seq: int) -> dict[str, Any]:
+    """INFO of a stream this resource made from `config_spec`, holding sequences up to last_seq."""
+    config = server_view(desired_stream_config(spec(**config_spec), OWNER))
+    return {"config": config, "state": {"last_seq": last_seq}}
+
+
+@pytest.mark.parametrize(
+    ("created_with", "last_seq", "asked", "refused"),
+    [
+        ({}, 3, None, False),  # never asked
+        ({}, 3, 1, False),  # a stream made without it starts at 1
+        ({}, 3, 100, True),  # added later: the stream holds sequences below it
+        ({}, 500, 100, False),  # may have started there once (first_seq dropped by an update)
+        ({"firstSequence": 100}, 120, 100, False),
+        ({"firstSequence": 100}, 120, 50, True),  # changed: the config records 100
+        ({"firstSequence": 100}, 120, None, False),  # removed: asks for nothing
+    ],
+)
+def test_first_sequence_is_refused_only_where_the_stream_certainly_started_elsewhere(
+    created_with: dict[str, Any], last_seq: int, asked: int | None, refused: bool
+) -> None:
+    info = _existing(created_with, last_seq)
+    wanted = spec(**({} if asked is None else {"firstSequence": asked}))
+    action = plan_stream(wanted, OWNER, info)
+    assert isinstance(action, Refused) is refused
+    if refused:
+        assert isinstance(action, Refused)
+        assert action.reason == "ImmutableFieldChanged"
+        assert "spec.firstSequence" in action.message()
+        assert ("set it back to 100" in action.message()) is bool(created_with)
+    else:
+        assert isinstance(action, InSync)

@@ -22,7 +22,7 @@ from ..reconcile.live_state import (
 )
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
-from ..reconcile.renames import moved
+from ..reconcile.renames import Refused, moved
 from ..reconcile.stream_config import without_server_metadata
 from ..reconcile.stream_plan import (
     CreateStream,
@@ -162,6 +162,9 @@ async def reconcile(
                         kind.describe_with_stream(spec, quoted=True), kind.name_field
                     )
                     result = needs_a_person("Conflict", message)
+                    return _settled(history, owner, info, result)
+                case Refused():
+                    result = needs_a_person(action.reason, action.message())
                     return _settled(history, owner, info, result)
                 case UpdatesPrevented(differences=differences):
                     fields = ", ".join(d.field for d in differences)

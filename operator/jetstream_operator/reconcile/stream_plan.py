@@ -7,6 +7,7 @@ from typing import Any
 
 from ..api.stream import StreamSpec
 from .ownership import OWNER_METADATA_KEY, Owner, recorded_owner
+from .renames import Refused
 from .stream_config import (
     FieldDifference,
     ServerConfig,
@@ -78,7 +79,30 @@ class OwnedElsewhere:
         )
 
 
-StreamAction = CreateStream | UpdateStream | InSync | OwnedElsewhere | UpdatesPrevented
+StreamAction = CreateStream | UpdateStream | InSync | OwnedElsewhere | UpdatesPrevented | Refused
+
+
+def first_sequence_refusal(spec: StreamSpec, info: dict[str, Any]) -> Refused | None:
+    """spec.firstSequence where the existing stream certainly did not start: the server takes
+    it only at creation and ignores it in an update, so the spec could never be met.
+
+    Certain when the config records another first_seq; where it records none (a stream made
+    without it, or one whose first_seq an update before f9dd80f dropped), when the last
+    sequence lies below it, as a stream started at N never does. Otherwise it may be the
+    stream's own start, and nothing is refused."""
+    asked = spec.first_sequence or 0
+    recorded = int((info.get("config") or {}).get("first_seq") or 0)
+    last = int((info.get("state") or {}).get("last_seq") or 0)
+    certain = recorded != asked if recorded else last < asked - 1
+    if not asked or not certain:
+        return None
+    started = f"at sequence {recorded}" if recorded else f"below it (last sequence {last})"
+    keep = f"set it back to {recorded} or remove it" if recorded else "remove it"
+    return Refused(
+        f"spec.firstSequence is {asked}, but stream {spec.name!r} started {started}, and NATS "
+        f"takes spec.firstSequence only when a stream is created: {keep}, or create a new "
+        "Stream resource (another spec.name) for a stream starting there"
+    )
 
 
 def following_server(spec: StreamSpec, actual: ServerConfig) -> StreamSpec:
@@ -124,6 +148,8 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
         return OwnedElsewhere(spec.name, current_owner)
+    if refusal := first_sequence_refusal(spec, info):
+        return refusal
     chosen = server_chosen_fields(spec)
     differences = [
         *config_differences(desired, actual, chosen),
