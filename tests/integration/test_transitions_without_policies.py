@@ -108,7 +108,7 @@ CASES: tuple[Case, ...] = (
          {"mirror": {"name": "{origin}", "filterSubject": "{origin_subject}.a"}},
          SERVER_REJECTED, ("mirror",), initial={"subjects": None, "mirror": {"name": "{origin}"}}),
     Case(STREAM, "spec.firstSequence applies only", "s-first-sequence", {"firstSequence": 100},
-         IMMUTABLE, ("spec.firstSequence is 100", "last sequence 3")),
+         IMMUTABLE, ("spec.firstSequence is 100", "started before sequence 100")),
     Case(STREAM, "spec.firstSequence applies only", "s-first-sequence-changed",
          {"firstSequence": 50}, IMMUTABLE, ("set it back to 100",),
          initial={"firstSequence": 100}),

@@ -283,5 +283,9 @@ def test_first_sequence_is_refused_only_where_the_stream_certainly_started_elsew
         assert action.reason == "ImmutableFieldChanged"
         assert "spec.firstSequence" in action.message()
         assert ("set it back to 100" in action.message()) is bool(created_with)
+        # The message is the failure's identity: a new message a message later would post
+        # another Warning at the next retry.
+        later = plan_stream(wanted, OWNER, _existing(created_with, last_seq + 1))
+        assert isinstance(later, Refused) and later.message() == action.message()
     else:
         assert isinstance(action, InSync)

@@ -96,7 +96,9 @@ def first_sequence_refusal(spec: StreamSpec, info: dict[str, Any]) -> Refused | 
     certain = recorded != asked if recorded else last < asked - 1
     if not asked or not certain:
         return None
-    started = f"at sequence {recorded}" if recorded else f"below it (last sequence {last})"
+    # Nothing that moves with the stream's messages: the message is the failure's identity,
+    # and a new one would post another Warning and write status at every retry.
+    started = f"at sequence {recorded}" if recorded else f"before sequence {asked}"
     keep = f"set it back to {recorded} or remove it" if recorded else "remove it"
     return Refused(
         f"spec.firstSequence is {asked}, but stream {spec.name!r} started {started}, and NATS "
