@@ -7,13 +7,7 @@ from jetstream_operator.handlers.results import Event, Result, needs_a_person, u
 from jetstream_operator.nats.jsapi import JetStreamUnavailable, is_transient
 from jetstream_operator.reconcile.conditions import Outcome
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from .fakes import Clock
 
 
 def memory(clock: Clock, jitter: float = 1.0) -> FailureMemory:

@@ -14,15 +14,8 @@ from jetstream_operator.handlers.own_writes import ECHO_WINDOW, OwnWrites
 from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamError
 
+from .fakes import Clock
 from .test_handler_glue import RecordingWriter, stream_body, watcher
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_each_noted_write_is_matched_with_one_advisory() -> None:

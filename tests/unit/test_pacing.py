@@ -1,12 +1,6 @@
 from jetstream_operator.handlers.pacing import Pace
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from .fakes import Clock
 
 
 def test_a_lone_pass_waits_for_nothing() -> None:

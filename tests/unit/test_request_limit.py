@@ -21,6 +21,8 @@ from jetstream_operator.k8s.login import (
 from jetstream_operator.k8s.status import EVENT_ATTEMPTS, EventPoster
 from jetstream_operator.metrics import REGISTRY
 
+from .fakes import Clock
+
 BASE = "https://127.0.0.1:6443/apis/jetstream-operator.io/v1alpha1/streams"
 
 
@@ -87,7 +89,9 @@ async def test_a_cancelled_waiter_gives_up_its_turn_without_leaking_a_place() ->
     assert await limit(request(f"{BASE}/s3"), server) == URL(f"{BASE}/s3")
 
 
-class Clock:
+class Answers:
+    """Answers to the limit, each a millisecond after the one before."""
+
     def __init__(self) -> None:
         self.now = 0.0
 
@@ -98,7 +102,7 @@ class Clock:
 
 
 def test_slow_answers_shrink_the_limit_and_fast_ones_grow_it_back() -> None:
-    capacity, clock = AdaptiveLimit(32), Clock()
+    capacity, clock = AdaptiveLimit(32), Answers()
     clock.answer(capacity, 0.005, 100)
     assert capacity.limit == 32
     clock.answer(capacity, 0.100, 500)
@@ -108,14 +112,14 @@ def test_slow_answers_shrink_the_limit_and_fast_ones_grow_it_back() -> None:
 
 
 def test_answers_within_the_tolerance_leave_the_limit_alone() -> None:
-    capacity, clock = AdaptiveLimit(32, tolerance=3.0), Clock()
+    capacity, clock = AdaptiveLimit(32, tolerance=3.0), Answers()
     clock.answer(capacity, 0.005, 10)
     clock.answer(capacity, 0.014, 1000)
     assert capacity.limit == 32
 
 
 def test_a_server_that_stays_slower_becomes_the_new_normal() -> None:
-    capacity, clock = AdaptiveLimit(32, memory=30.0), Clock()
+    capacity, clock = AdaptiveLimit(32, memory=30.0), Answers()
     clock.answer(capacity, 0.005, 10)
     clock.answer(capacity, 0.050, 500)
     assert capacity.limit == 1
@@ -156,16 +160,8 @@ async def test_an_adaptive_limit_holds_requests_back_while_answers_are_slow() ->
     assert REGISTRY.get_sample_value("jetstream_operator_kube_requests_waiting") == 0
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_burst_of_creations_holds_until_it_has_been_quiet() -> None:
-    clock = FakeClock()
+    clock = Clock()
     burst = Burst(5.0, threshold=32, window=1.0, quiet=0.25, clock=clock)
     for _ in range(8):
         burst.seen(5)
@@ -176,7 +172,7 @@ def test_a_burst_of_creations_holds_until_it_has_been_quiet() -> None:
 
 
 def test_a_few_creations_hold_nothing() -> None:
-    clock = FakeClock()
+    clock = Clock()
     burst = Burst(5.0, threshold=32, clock=clock)
     burst.seen(31)
     assert not burst.holding()
@@ -188,7 +184,7 @@ def test_a_few_creations_hold_nothing() -> None:
 
 
 def test_a_burst_that_never_ends_holds_writes_once_for_at_most_its_hold() -> None:
-    clock = FakeClock()
+    clock = Clock()
     burst = Burst(30.0, threshold=32, clock=clock)
     held = []
     for _ in range(600):  # 50 creations a second for a minute
@@ -295,7 +291,7 @@ def event(kind: str, uid: str, deleting: bool = True) -> bytes:
 def test_each_object_being_deleted_counts_once() -> None:
     """Writes to an object already being deleted (the operator's own among them) are not more
     deletion requests: only the first event with its deletionTimestamp counts."""
-    clock = FakeClock()
+    clock = Clock()
     deletions = DeletionRequests(Burst(5.0, threshold=32, clock=clock), clock=clock)
     deletions.seen([event("MODIFIED", f"u{i}").rstrip() for i in range(31)])
     for _ in range(5):
@@ -306,7 +302,7 @@ def test_each_object_being_deleted_counts_once() -> None:
 
 
 def test_an_object_is_forgotten_once_gone_or_after_a_while() -> None:
-    clock = FakeClock()
+    clock = Clock()
     deletions = DeletionRequests(Burst(5.0, threshold=2, clock=clock), remember=60.0, clock=clock)
     deletions.seen([event("MODIFIED", "u0").rstrip(), event("DELETED", "u0").rstrip()])
     deletions.seen([event("MODIFIED", "u1").rstrip()])

@@ -15,15 +15,9 @@ from jetstream_operator.handlers.status_writes import (
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 from jetstream_operator.reconcile.ownership import Owner
 
+from .fakes import Clock
+
 SYNCED = Outcome(True, "Synced", "stream S matches the spec")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def tracked(status: dict[str, Any], uid: str = "u1") -> TrackedResource:
@@ -71,7 +65,7 @@ def test_account_bytes_count_as_traffic_but_its_stream_and_consumer_counts_do_no
 
 
 def test_counters_are_written_once_per_interval_per_resource() -> None:
-    clock = Clock()
+    clock = Clock(0.0)
     budget = StatusBudget(interval=60.0, rate=100.0, burst=100.0, clock=clock)
     resource = tracked(settled_status(messages=1))
     busy = Result(SYNCED, status={"messages": 2})
@@ -83,7 +77,7 @@ def test_counters_are_written_once_per_interval_per_resource() -> None:
 
 
 def test_conditions_and_structure_are_never_held_back() -> None:
-    clock = Clock()
+    clock = Clock(0.0)
     budget = StatusBudget(interval=60.0, clock=clock)
     resource = tracked(settled_status(messages=1, consumerCount=0))
     assert status_patch(resource, Result(SYNCED, status={"messages": 2}), budget)
@@ -94,7 +88,7 @@ def test_conditions_and_structure_are_never_held_back() -> None:
 
 
 def test_the_global_rate_bounds_counter_writes_across_resources() -> None:
-    clock = Clock()
+    clock = Clock(0.0)
     budget = StatusBudget(interval=60.0, rate=2.0, burst=5.0, clock=clock)
     busy = Result(SYNCED, status={"messages": 2})
     written = sum(
@@ -113,7 +107,7 @@ def test_the_global_rate_bounds_counter_writes_across_resources() -> None:
 def test_busy_passes_stay_within_the_bound_the_benchmark_reports() -> None:
     """1,000 busy streams checked once a resync: 300 counter writes a minute in steady state,
     and no window holds more than the rate plus one bucket."""
-    clock = Clock()
+    clock = Clock(0.0)
     budget = StatusBudget.for_intervals(60.0, 5.0, 30.0)
     budget.clock = clock
     written_at: list[float] = []
@@ -138,7 +132,7 @@ def test_busy_passes_stay_within_the_bound_the_benchmark_reports() -> None:
 def test_a_held_back_write_leaves_the_resource_behind_until_status_catches_up() -> None:
     """Whoever looks must know to look again: a figure that stops moving after its write was
     held back would otherwise stay wrong in status until the next idle look."""
-    clock = Clock()
+    clock = Clock(0.0)
     budget = StatusBudget(interval=60.0, rate=100.0, burst=100.0, clock=clock)
     resource = tracked(settled_status(messages=1))
     assert status_patch(resource, Result(SYNCED, status={"messages": 2}), budget)
