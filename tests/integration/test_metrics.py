@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +10,7 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
+from jetstream_operator.devenv import figures
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
 from jetstream_operator.nats.jsapi import JetStreamApi
@@ -34,14 +34,8 @@ def metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
 
 
 def scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        text = answer.read().decode()
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
+    """Each sample by its series as served (`name{labels}`), for `value`'s prefixes."""
+    return {sample.series: sample.value for sample in figures.scrape(url, timeout=5)}
 
 
 def value(samples: dict[str, float], prefix: str) -> float:
