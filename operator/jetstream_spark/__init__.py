@@ -10,8 +10,9 @@ nothing here imports kopf or `jetstream_operator`.
 
 from __future__ import annotations
 
-from .fetch import DataLossError, ReadError
+from .data_loss import DataLossError
 from .options import ConnectionOptions, JetStreamOptionError, ReadOptions, WriteOptions
+from .read_limits import ReadError
 from .schema import HEADERS_TYPE, message_schema
 from .sink import JetStreamCommitMessage, PublishError
 from .source import (

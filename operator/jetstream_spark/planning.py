@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from .client import JetStreamApi, StreamInfo
-from .fetch import StreamRecreatedError, check_data_loss
+from .data_loss import StreamRecreatedError, check_data_loss
 from .options import Bound, JetStreamOptionError, Position, ReadMethod, ReadOptions, rfc3339
 
 

@@ -26,7 +26,8 @@ from pyspark.sql.types import StructType
 
 from . import _sync
 from .client import JetStreamApi, StreamInfo, connect
-from .fetch import check_data_loss, read_range
+from .data_loss import check_data_loss
+from .fetch import read_range
 from .options import ReadOptions, WriteOptions
 from .planning import (
     SequenceRange,

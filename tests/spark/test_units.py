@@ -25,7 +25,7 @@ from jetstream_operator.devenv.pki import create_ca, issue_cert
 from jetstream_spark import JetStreamOptionError, ReadOptions, WriteOptions, message_schema
 from jetstream_spark._nats_fast import FastClient
 from jetstream_spark.client import StreamInfo
-from jetstream_spark.fetch import DataLossError
+from jetstream_spark.data_loss import DataLossError
 from jetstream_spark.options import ConnectionOptions, Position, ReadMethod, parse_time
 from jetstream_spark.planning import SequenceRange, next_end, split_range
 from jetstream_spark.schema import (
