@@ -40,33 +40,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import identities
 import yaml
-from kubernetes import client, config
-
-from jetstream_operator.devenv.figures import flow_control_waits
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.paths import LOOPBACK, free_port
-from jetstream_operator.devenv.processes import tail
-
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
-import identities  # noqa: E402
-from operator_bench import (  # noqa: E402
+from deletion import delete_alone, deletion, deletion_lines
+from drift import drift_latency
+from floor import floor_nats, floor_status_patches
+from harness import (
     APPLY_ORDERS,
+    RESULTS,
     RESYNC_INTERVAL,
     ApiAudit,
-    ObjectWatch,
     apiserver_writes,
     applied,
     breakdown,
     cpu_line,
     deadline_guard,
-    delete_alone,
-    deletion,
-    deletion_lines,
-    drift_latency,
-    floor_nats,
-    floor_status_patches,
     flow_control_delta,
     foreground,
     jetstream_line,
@@ -74,12 +62,15 @@ from operator_bench import (  # noqa: E402
     rss_mib,
     save_result,
     servers_cpu_seconds,
-    wait_ready,
-    watching,
 )
-from operator_bench import Bench as OurBench  # noqa: E402
+from kubernetes import client, config
+from watches import ObjectWatch, wait_ready, watching
 
-RESULTS = BENCH_DIR / "results"
+from jetstream_operator.devenv.figures import flow_control_waits
+from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_operator.devenv.paths import LOOPBACK, free_port
+from jetstream_operator.devenv.processes import tail
+
 NACK_MODULE = "github.com/nats-io/nack"
 GROUP = "jetstream.nats.io"
 VERSION = "v1beta2"
@@ -206,11 +197,20 @@ class NackProcess:
 
 
 class Bench:
-    def __init__(self, workdir: Path, nack: Nack, mode: str, identity_mode: str = "admin") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        nack: Nack,
+        mode: str,
+        identity_mode: str = "admin",
+        apply_order: str = "kinds",
+    ) -> None:
         self.workdir = workdir
         self.nack = nack
         self.mode = mode
         self.identity_mode = identity_mode
+        self.apply_order = apply_order
+        """APPLY_ORDERS: the run's (--apply-order), so NACK is applied as ours is."""
         self.plane = identities.control_plane(workdir / "cp", identity_mode)
         self.nats = NatsServer(workdir / "nats")
         self.controller: NackProcess | None = None
@@ -294,7 +294,7 @@ class Bench:
         phases = applied(
             [stream_body(i, prefix) for i in range(size)],
             [consumer_body(i, prefix) for i in range(size)],
-            OurBench.apply_order,
+            self.apply_order,
         )
         for phase in phases:  # 8 at a time
             with ThreadPoolExecutor(max_workers=8) as pool:
@@ -431,7 +431,7 @@ def measure(bench: Bench, size: int, args: argparse.Namespace, idle: bool) -> di
 def run_one(nack: Nack, mode: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
     """A fresh control plane and nats-server for every size, so sizes do not affect each other."""
     with tempfile.TemporaryDirectory(prefix=f"nack-bench-{mode}-{size}-") as directory:
-        bench = Bench(Path(directory), nack, mode, args.identities)
+        bench = Bench(Path(directory), nack, mode, args.identities, args.apply_order)
         try:
             bench.start()
             return measure(bench, size, args, idle=size == args.sizes[-1])
@@ -532,6 +532,7 @@ def run_all(binary: Path, crds: Path | None, sizes: list[int], args: argparse.Na
         ("timeout", 1800.0),
         ("nack_drift_samples", 20),
         ("nack_drift_timeout", 90.0),
+        ("apply_order", "kinds"),
     ):
         if not hasattr(settings, name):
             setattr(settings, name, default)
@@ -564,7 +565,6 @@ def main() -> int:
     parser.add_argument("--identities", choices=identities.MODES, default="admin")
     parser.add_argument("--apply-order", choices=APPLY_ORDERS, default="kinds")
     args = parser.parse_args()
-    OurBench.apply_order = args.apply_order
     if args.nack_bin is None:
         parser.error("--nack-bin (or NACK_BIN) is required: see docs/benchmarks.md")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))

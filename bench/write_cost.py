@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from harness import machine, process_cpu_seconds, save_result
 from kubernetes import client, config
-from operator_bench import machine, process_cpu_seconds, save_result
 
 from jetstream_operator import GROUP
 from jetstream_operator.api.crdgen import crd_for, validated_spec_schema
