@@ -12,6 +12,7 @@ import kopf
 import pytest
 
 from jetstream_operator import main
+from jetstream_operator.passes import stream_backed
 from jetstream_operator.handlers.arrivals import StreamArrivals
 from jetstream_operator.handlers.registry import ResourceRegistry
 
@@ -46,7 +47,7 @@ async def test_the_stream_finalizer_forgets_the_announcement(
     async def without_work(*_: Any, deleting: bool, **__: Any) -> None:
         passes.append(deleting)  # the pass's own work (NATS, status) is not what is tested
 
-    monkeypatch.setattr(main, "_handle", without_work)
+    monkeypatch.setattr(stream_backed, "run_pass", without_work)
     arrivals = StreamArrivals()
     memo = SimpleNamespace(arrivals=arrivals, backed={"Stream": ResourceRegistry()})
     handlers = main.STREAM_BACKED_HANDLERS["Stream"]

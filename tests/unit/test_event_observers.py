@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 import pytest
 
-from jetstream_operator import GROUP, VERSION, main
+from jetstream_operator import GROUP, VERSION, main, wiring
 from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.reconcile.backed import STREAM_BACKED
 
@@ -58,4 +58,4 @@ async def test_otherwise_kopfs_event_handlers_keep_every_registry_current(
         await handlers[f"remember_{plural}"].fn(
             event={"type": "ADDED", "object": body}, memo=memo, resource=resource
         )
-        assert main._observed(memo)[plural].get(f"uid-{plural}") is not None, plural
+        assert wiring.observed(memo)[plural].get(f"uid-{plural}") is not None, plural

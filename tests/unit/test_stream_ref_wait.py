@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from jetstream_operator.handlers.registry import ResourceRegistry
-from jetstream_operator.main import STREAM_REF_WAIT, _stream_of_new_consumer
+from jetstream_operator.passes.consumer import STREAM_REF_WAIT, stream_of_new_consumer
 from jetstream_operator.reconcile.ownership import Owner
 
 
@@ -30,7 +30,7 @@ async def test_the_stream_arriving_a_moment_later_is_found() -> None:
         0.1, shared.streams.observe, "ADDED", body("s1", "orders", name="ORDERS")
     )
     try:
-        found = await _stream_of_new_consumer(
+        found = await stream_of_new_consumer(
             shared,
             Owner("ns", "reader", "c1"),
             kopf.Body(consumer).spec,
@@ -50,7 +50,7 @@ async def test_a_consumer_with_a_status_does_not_wait() -> None:
     started = loop.time()
     consumer["status"] = {"conditions": [{"type": "Ready"}]}
     handled = kopf.Body(consumer)
-    found = await _stream_of_new_consumer(
+    found = await stream_of_new_consumer(
         shared, Owner("ns", "reader", "c1"), handled.spec, handled.status
     )
     assert found is None and loop.time() - started < STREAM_REF_WAIT / 4

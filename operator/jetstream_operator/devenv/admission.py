@@ -25,7 +25,7 @@ CHART = Path(__file__).resolve().parents[3] / "charts" / "jetstream-operator"
 POLICY_TEMPLATE = "templates/finalizer-policy.yaml"
 SERVED_POLICY_API = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
 FINALIZER = f"{GROUP}/finalizer"
-"""The operator's (main.FINALIZER), named here without importing the operator's handlers."""
+"""The operator's (marks.FINALIZER), named here without importing the operator."""
 
 
 def render_finalizer_policy(

@@ -1,0 +1,172 @@
+"""What every pass of a Stream-like resource or a Consumer does around its kind's own work:
+honour the pause and release annotations, hold the resource's lock, find its connection,
+settle failures, and report into status, Events and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import kopf
+
+from .. import metrics
+from ..api.kinds import ResourceKind
+from ..handlers.failures import NO_BASIS, History
+from ..handlers.registry import ResourceRegistry, spec_connection_key
+from ..handlers.results import (
+    Result,
+    deletion_blocked,
+    needs_a_person,
+    paused,
+    released,
+    unavailable,
+)
+from ..handlers.status_writes import status_changes
+from ..k8s.status import EventSink
+from ..marks import FINALIZER, PAUSE_ANNOTATION, RELEASE_ANNOTATION
+from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
+from ..reconcile.ownership import Owner
+from ..reconcile.renames import managed_connection, moved
+from ..services import SharedMemo
+from ..settings import OperatorSettings
+
+Work = Callable[[JetStreamApi, Owner, OperatorSettings, History], Awaitable[Result]]
+"""A kind's own part of a pass, given the connection's JetStream API and what it needs."""
+
+MADE = frozenset({"Created", "Recreated"})
+"""Event reasons of a pass that made its stream or consumer in NATS."""
+
+RETRY_FALLBACK = 5.0
+"""Seconds before kopf retries a deletion whose pass set no delay of its own."""
+
+
+KOPF_ARGUMENTS = ("body", "patch", "namespace", "name", "reason")
+"""The keyword arguments of kopf's that `run_pass` reads, out of all those kopf passes."""
+
+
+def kopf_arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: kwargs[key] for key in KOPF_ARGUMENTS}
+
+
+def owner_of(meta: kopf.Meta, namespace: str | None, name: str | None) -> Owner:
+    return Owner(namespace or "", name or "", str(meta.get("uid", "")))
+
+
+async def jetstream_for(memo: SharedMemo, namespace: str, spec: Mapping[str, Any]) -> JetStreamApi:
+    return await memo.pool.jetstream(await memo.directory.target_for(namespace, spec))
+
+
+def ready_as_is(status: Mapping[str, Any], generation: int | None) -> bool:
+    """Ready for the current generation, as the last operator left it."""
+    if status.get("observedGeneration") != generation:
+        return False
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in status.get("conditions") or []
+    )
+
+
+async def run_pass(
+    kind: ResourceKind,
+    registry: ResourceRegistry,
+    work: Work,
+    *,
+    deleting: bool,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    memo: SharedMemo,
+    kopf_kwargs: Mapping[str, Any],
+) -> None:
+    """One pass of a Stream-like resource or a Consumer, as kopf triggers it (`kopf_kwargs`:
+    the rest of the keyword arguments kopf gave the handler)."""
+    started = time.perf_counter()
+    settings = memo.settings
+    owner = owner_of(meta, kopf_kwargs["namespace"], kopf_kwargs["name"])
+    if kopf_kwargs["reason"] == kopf.Reason.RESUME and not deleting:
+        if ready_as_is(status, meta.get("generation")):
+            return  # drift repair's first listing checks it, at a page per 256 resources
+        await asyncio.sleep(memo.resume_pace.wait())
+    memory = memo.failures.for_connection(spec_connection_key(owner.namespace, spec))
+    history = History(meta.get("generation"), status, memory)
+    named = spec.get("name") or spec.get("bucket") or spec.get("durableName")
+    what = f"{kind.singular} {named}"
+    if deleting and meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true":
+        result = released(what, RELEASE_ANNOTATION)
+    elif not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
+        result = paused(PAUSE_ANNOTATION)
+    elif not deleting and not settings.read_only and (move := moved(spec, status, kind.kind)):
+        # Before the connection is looked up: the new one may not even exist. A read-only
+        # operator made nothing, so it may look wherever the spec points.
+        refusal = needs_a_person(move.reason, move.message())
+        result = memory.settle(owner.uid, NO_BASIS, refusal, history.ready_condition())
+    else:
+        async with registry.lock(owner.uid):
+            watcher = memo.watchers.get(spec_connection_key(owner.namespace, spec))
+            if watcher is not None:
+                watcher.looking(owner.uid)
+            try:
+                # A deletion deletes what the resource manages, through the connection it
+                # was made through, wherever the spec points now (a refused move).
+                target = managed_connection(spec, status) if deleting else spec
+                jetstream = await jetstream_for(memo, owner.namespace, target)
+                if watcher is not None:
+                    jetstream = jetstream.noting_writes(watcher.own_writes)
+                result = await work(jetstream, owner, settings, history)
+            except JetStreamUnavailable as error:
+                result = deletion_blocked(what, error) if deleting else unavailable(error)
+                if not deleting:
+                    result = memory.settle(owner.uid, NO_BASIS, result)
+    if deleting:
+        result = memory.settle(owner.uid, NO_BASIS, result, history.ready_condition())
+    report(
+        result,
+        kind=kind.kind,
+        started=started,
+        body=kopf_kwargs["body"],
+        patch=kopf_kwargs["patch"],
+        status=status,
+        generation=meta.get("generation"),
+        deleting=deleting,
+        events=memo.events,
+    )
+
+
+def report(
+    result: Result,
+    *,
+    kind: str,
+    started: float,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    status: kopf.Status,
+    generation: int | None,
+    events: EventSink,
+    deleting: bool = False,
+) -> None:
+    """Write what changed into status and post events. Only a deletion is retried through
+    kopf (its finalizer must stay until done); every other retry belongs to drift repair's
+    failure memory, which backs off without writing anything in between."""
+    metrics.observe(
+        kind,
+        result.outcome.reason,
+        (event.reason for event in result.events),
+        time.perf_counter() - started,
+    )
+    if not gone_after(body, deleting, result):
+        for key, value in status_changes(status, result, generation, body.get("spec")).items():
+            patch.status[key] = value
+    for event in result.events:
+        events.post(body, event.type, event.reason, event.message)
+    if deleting and result.retry:
+        raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
+
+
+def gone_after(body: Mapping[str, Any], deleting: bool, result: Result) -> bool:
+    """A deletion done, with no finalizer but ours: the object is gone once kopf removes it, so
+    a status written now would be read by no one and cost a write per resource. Its Events stay.
+    """
+    finalizers = (body.get("metadata") or {}).get("finalizers") or []
+    return deleting and not result.retry and all(each == FINALIZER for each in finalizers)

@@ -1,0 +1,66 @@
+"""The operator's services, built once at start (`wiring.start`) and handed to every handler as
+kopf's memo. Typed here so that no handler casts what it reads back from an untyped memo."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import kopf
+
+if TYPE_CHECKING:
+    from .handlers.arrivals import StreamArrivals
+    from .handlers.connections import ConnectionDirectory, WatcherSet
+    from .handlers.failures import FailureMemories
+    from .handlers.pacing import Pace
+    from .handlers.registry import ResourceRegistry
+    from .handlers.status_writes import StatusBudget
+    from .k8s.client import KubeApi
+    from .k8s.login import RequestLimit
+    from .k8s.secrets import SecretReader
+    from .k8s.status import EventPoster, ResourceWriter
+    from .k8s.watch import NamespaceWatches
+    from .nats.pool import ConnectionPool
+    from .settings import OperatorSettings
+
+
+class SharedMemo(kopf.Memo):
+    """The operator's memo, handed to every resource's handlers as is. kopf gives each object
+    a shallow copy of it, kept as long as the object exists: about 0.9 KiB per resource for
+    two dozen references the handlers only read. Per-object state lives in the registries.
+
+    kopf's memo is a dict read by attribute; the annotations below only type those reads."""
+
+    settings: OperatorSettings
+    kube_request_limit: RequestLimit
+    """One limit for all Kubernetes requests, kopf's and ours (`wiring.request_limit`)."""
+    kubernetes: KubeApi
+    writer: ResourceWriter
+    events: EventPoster
+    secrets: SecretReader
+    pool: ConnectionPool
+    backed: dict[str, ResourceRegistry]
+    """The registry of each kind holding a stream, by kind (Stream, KeyValue, ObjectStore)."""
+    streams: ResourceRegistry
+    consumers: ResourceRegistry
+    natsconnections: ResourceRegistry
+    arrivals: StreamArrivals
+    resume_pace: Pace
+    failures: FailureMemories
+    budget: StatusBudget
+    directory: ConnectionDirectory
+    watchers: WatcherSet
+    connection_watches: NamespaceWatches | None
+    """Where NatsConnections are only read (not managed here): their own watch."""
+    connection_probed: dict[tuple[str, str], tuple[float, int]]
+    """When each connection last asked JetStream, and the pool's count of account changes then."""
+    explained: dict[str, str]
+    """Why a Consumer's streamRef is served by another deployment, by the Consumer's uid."""
+    unresolved: set[tuple[str, str]]
+    """Connections named by resources but not usable yet, retried with the rechecks."""
+    background: set[asyncio.Task[None]]
+    trimmer: asyncio.Task[None]
+    follower: asyncio.Task[None] | None
+
+    def __copy__(self) -> SharedMemo:
+        return self
