@@ -815,7 +815,7 @@ def test_the_registry_keeps_only_what_drift_repair_reads() -> None:
 async def test_repairs_run_side_by_side_and_stop_starting_after_a_failure() -> None:
     import asyncio
 
-    from jetstream_operator.handlers.drift import all_of
+    from jetstream_operator.handlers.repair import all_of
     from jetstream_operator.nats.jsapi import JetStreamUnavailable
 
     running, most, started = 0, 0, []

@@ -1,0 +1,241 @@
+"""One resource's drift pass: reconcile it against what a listing or an advisory told, then
+write its status and events. Every trigger of the drift watcher (a resync, an advisory, a
+recount, a retry) ends here, so the ordering of looks and the pause are kept in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from .. import API_VERSION, metrics
+from ..api.kinds import CONSUMER, ResourceKind
+from ..k8s.status import EventSink, ResourceWriter
+from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
+from ..reconcile.backed import STREAM_KIND, StreamBackedKind
+from . import consumer as consumer_handlers
+from . import stream as stream_handlers
+from .failures import FailureMemory, History
+from .registry import (
+    ConnectionKey,
+    ResourceRegistry,
+    TrackedResource,
+    connection_key,
+    consumer_stream,
+)
+from .results import Result, paused
+from .status_writes import StatusBudget, status_patch
+
+logger = logging.getLogger(__name__)
+
+PARALLEL_REPAIRS = 8
+"""Resources repaired at once from one listing: a burst of status writes (consumer counts after
+thousands of consumers were made) then takes seconds rather than a write's latency each."""
+
+
+async def all_of(repairs: Iterable[Awaitable[None]], limit: int = PARALLEL_REPAIRS) -> None:
+    """Run the repairs, `limit` at a time. After a failure (a JetStreamUnavailable, which makes
+    the run loop back off) no further one starts; the first failure is raised."""
+    gate = asyncio.Semaphore(limit)
+    failures: list[BaseException] = []
+
+    async def one(repair: Awaitable[None]) -> None:
+        async with gate:
+            if failures:
+                if inspect.iscoroutine(repair):
+                    repair.close()  # never started: nothing to clean up
+                return
+            try:
+                await repair
+            except Exception as error:
+                failures.append(error)
+
+    await asyncio.gather(*(one(repair) for repair in repairs))
+    if failures:
+        raise failures[0]
+
+
+def needs_care(resource: TrackedResource) -> bool:
+    """Resources kopf is still creating or deleting are left to kopf."""
+    return resource.first_handled and not resource.deleting
+
+
+class Repairer:
+    """Repairs the resources of one NATS connection, one at a time each (under its lock)."""
+
+    def __init__(
+        self,
+        backed: Mapping[StreamBackedKind, ResourceRegistry],
+        consumers: ResourceRegistry,
+        writer: ResourceWriter,
+        events: EventSink,
+        connection: ConnectionKey,
+        read_only: bool,
+        pause_annotation: str,
+        failures: FailureMemory,
+        budget: StatusBudget | None,
+        explained: Callable[[str], str | None] | None,
+    ) -> None:
+        """`explained`: see `DriftWatcher`."""
+        self.backed = dict(backed)
+        self.streams = self.backed[STREAM_KIND]
+        self.consumers = consumers
+        self._by_resource = {kind.resource.kind: kind for kind in self.backed}
+        self._writer = writer
+        self._events = events
+        self._connection = connection
+        self._read_only = read_only
+        self._pause_annotation = pause_annotation
+        self._failures = failures
+        self._budget = budget
+        self._explained = explained
+        self._looked_at: dict[str, float] = {}
+
+    def belongs(self, resource: TrackedResource) -> bool:
+        """Whether the resource uses this watcher's connection."""
+        return connection_key(resource) == self._connection
+
+    def registries(self) -> list[tuple[ResourceKind, ResourceRegistry]]:
+        kinds = [(kind.resource, registry) for kind, registry in self.backed.items()]
+        return [*kinds, (CONSUMER, self.consumers)]
+
+    def looking(self, uid: str) -> None:
+        """A handler is about to look at the resource on the server: a listing taken before
+        now must not write its older figures over what the handler reports."""
+        self._looked_at[uid] = asyncio.get_running_loop().time()
+
+    def forget_looks_until(self, as_of: float) -> None:
+        """Listings from after `as_of` are newer than every look recorded until then."""
+        self._looked_at = {uid: at for uid, at in self._looked_at.items() if at > as_of}
+
+    async def write_status(
+        self, kind: ResourceKind, resource: TrackedResource, result: Result
+    ) -> None:
+        """A status that shows a condition of the connection or the server, not of a pass."""
+        patch = status_patch(resource, result)
+        if patch is None:
+            return
+        try:
+            written = await self._writer.patch_status(
+                kind.plural, resource.owner.namespace, resource.owner.name, patch
+            )
+        except Exception:
+            logger.exception("could not write the status of %s", resource.owner.describe())
+            return
+        if written:
+            resource.body = {**resource.body, "status": {**resource.status, **patch}}
+
+    async def _reconcile(
+        self,
+        kind: ResourceKind,
+        resource: TrackedResource,
+        jetstream: JetStreamApi,
+        known: Mapping[str, Any] | None,
+        known_stream: Mapping[str, Any] | None = None,
+    ) -> Result:
+        read_only = self._read_only
+        history = History(resource.generation, resource.status, self._failures)
+        backed = self._by_resource.get(kind.kind)
+        if backed is not None:
+            return await stream_handlers.reconcile(
+                backed,
+                resource.spec,
+                resource.owner,
+                jetstream,
+                drift=True,
+                known_info=known,
+                read_only=read_only,
+                history=history,
+            )
+        explanation = self._explained(resource.owner.uid) if self._explained else None
+
+        async def unresolved_ref(_: str) -> str | None:
+            return explanation
+
+        return await consumer_handlers.reconcile(
+            resource.spec,
+            resource.owner,
+            jetstream,
+            stream_name=consumer_stream(resource, self.streams),
+            drift=True,
+            known_info=known,
+            known_stream_info=known_stream,
+            read_only=read_only,
+            history=history,
+            unresolved_ref=unresolved_ref if explanation else None,
+        )
+
+    async def repair(
+        self,
+        kind: ResourceKind,
+        resource: TrackedResource,
+        jetstream: JetStreamApi,
+        known: Mapping[str, Any] | None,
+        known_stream: Mapping[str, Any] | None = None,
+        as_of: float | None = None,
+    ) -> None:
+        """One resource's pass; its failure never stops the others' (it is logged and retried
+        by the failure memory). `as_of` is when `known` was fetched: a listing taken before the
+        resource's latest look (a consumer's recount meanwhile) would write older figures."""
+        if not needs_care(resource) or not self.belongs(resource):
+            return
+        try:
+            await self._repair_one(kind, resource, jetstream, known, known_stream, as_of)
+        except JetStreamUnavailable:
+            raise  # the whole connection is in trouble: the run loop backs off
+        except Exception:
+            logger.exception(
+                "repairing %s %s failed; the others go on", kind.singular, resource.owner.describe()
+            )
+
+    async def _repair_one(
+        self,
+        kind: ResourceKind,
+        resource: TrackedResource,
+        jetstream: JetStreamApi,
+        known: Mapping[str, Any] | None,
+        known_stream: Mapping[str, Any] | None,
+        as_of: float | None = None,
+    ) -> None:
+        started = time.perf_counter()
+        async with resource.lock:
+            uid = resource.owner.uid
+            looked = asyncio.get_running_loop().time() if known is None else as_of
+            if looked is not None:
+                if looked < self._looked_at.get(uid, -math.inf):
+                    return  # a newer look already wrote what this one knows
+                self._looked_at[uid] = looked
+            annotation = self._pause_annotation
+            if annotation and resource.annotation(annotation).lower() == "true":
+                result = paused(annotation)
+            else:
+                result = await self._reconcile(kind, resource, jetstream, known, known_stream)
+            metrics.observe(
+                kind.kind,
+                result.outcome.reason,
+                (event.reason for event in result.events),
+                time.perf_counter() - started,
+            )
+            patch = status_patch(resource, result, self._budget)
+            if patch is not None:
+                written = await self._writer.patch_status(
+                    kind.plural, resource.owner.namespace, resource.owner.name, patch
+                )
+                if written:
+                    resource.body = {**resource.body, "status": {**resource.status, **patch}}
+            reference = {
+                "apiVersion": API_VERSION,
+                "kind": kind.kind,
+                "metadata": {
+                    "namespace": resource.owner.namespace,
+                    "name": resource.owner.name,
+                    "uid": resource.owner.uid,
+                },
+            }
+            for event in result.events:
+                self._events.post(reference, event.type, event.reason, event.message)
