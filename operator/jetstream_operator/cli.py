@@ -33,7 +33,7 @@ HIDDEN_CLIENT = "kubernetes"
 """The `kubernetes` client, installed for the export and dev commands: kopf imports it whenever it
 is installed (to recognise its model classes and to log in through it), which cost the operator
 about a third of its start-up RSS (92-96 -> 61 MiB) for nothing: the operator logs in and makes
-its requests itself (k8s/login.py, k8s/client.py)."""
+its requests itself (k8s/login.py, k8s/throttle.py, k8s/client.py)."""
 
 
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -78,9 +78,8 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
     from pydantic import ValidationError
 
-    from .memory import compact_kopf_bodies, shrink_tls_read_buffers
-    from .patching import lighten_patch_remainders
-    from .queueing import streamline_workers
+    from .kopf_adaptations import STREAMLINED_WORKERS, adapt_kopf
+    from .memory import shrink_tls_read_buffers
     from .settings import OperatorSettings
 
     try:
@@ -91,9 +90,8 @@ def _run(args: argparse.Namespace) -> int:
     handlers.serve_connections(settings.manage_connections)
     collect_garbage_less_often()
     shrink_tls_read_buffers()
-    compact_kopf_bodies()
-    lighten_patch_remainders()
-    handlers.serve_events(by_workers=streamline_workers())
+    adapted = adapt_kopf()
+    handlers.serve_events(by_workers=adapted[STREAMLINED_WORKERS.name])
     # kopf's formatter names the resource (namespace/name) on every line it logs for one;
     # JSON puts it in fields ("object") for log pipelines.
     kopf.configure(

@@ -9,7 +9,8 @@ heap (madvise): idle RSS at 2,000 resources went from 146-205 to 110-113 MiB.
 
 The rest keeps the Python heap small in the first place: smaller TLS read buffers, and
 resource bodies as kopf and the registry hold them, without `managedFields` and with shared
-strings (a burst's bodies set the RSS that stays afterwards).
+strings (a burst's bodies set the RSS that stays afterwards); kopf_adaptations.compact_kopf_bodies
+has kopf decode with `compact_watch_event`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -188,29 +188,3 @@ def compact_watch_event(text: str | bytes) -> Any:
     if isinstance(event, dict) and "object" in event:
         event["object"] = compact_body(event["object"])
     return event
-
-
-def compact_kopf_bodies() -> bool:
-    """Make kopf decode its watch streams with `compact_watch_event`, and compact its listings'
-    items. During a burst kopf holds every object it has not handled yet, each with its events'
-    bodies (1,450 of 2,000 at once, 26 MiB); the heap freed afterwards stays fragmented, so the
-    burst's size was the RSS. A restart lists every resource at once the same way.
-    False when kopf's decoding is not where this kopf version is known to keep it."""
-    from kopf._cogs.clients import api, fetching
-
-    decoder = getattr(api, "json", None)
-    listing = getattr(fetching, "fetch_objs", None)
-    if decoder is not json and not isinstance(decoder, SimpleNamespace):
-        return False
-    if listing is None or not hasattr(api, "stream"):
-        return False
-    api.json = SimpleNamespace(loads=compact_watch_event)  # type: ignore[assignment,attr-defined]
-    if not getattr(listing, "compacting", False):
-
-        async def fetch_objs(*args: Any, **kwargs: Any) -> AsyncIterator[tuple[list[Any], str]]:
-            async for items, version in listing(*args, **kwargs):
-                yield [compact_body(item) for item in items], version
-
-        fetch_objs.compacting = True  # type: ignore[attr-defined]
-        fetching.fetch_objs = fetch_objs
-    return True

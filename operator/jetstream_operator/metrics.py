@@ -106,6 +106,14 @@ WATCH_ECHOES_SKIPPED = Counter(
     registry=REGISTRY,
 )
 
+KOPF_ADAPTATION_APPLIED = Gauge(
+    "jetstream_operator_kopf_adaptation_applied",
+    "1 when the operator's change to that part of kopf's internals applies to the running kopf, "
+    "0 when kopf keeps its own (another kopf version, or another shape; the log says why).",
+    ["adaptation"],
+    registry=REGISTRY,
+)
+
 EVENTS_FAILED = Counter(
     "jetstream_operator_events_failed",
     "Kubernetes Events whose posting failed, by what followed: retried (the API server was "

@@ -7,13 +7,11 @@ never the case: about 2% of the operator's CPU while 2,000 resources converge (p
 docs/benchmarks.md, 2026-11-29). When something is left (a deletion's finalizer removal), it
 diffs the whole body, field by field in Python, to find the one list that changed; comparing
 the top-level fields first (in C) leaves that diff only the fields that changed, and the same
-operations come out.
+operations come out. kopf_adaptations.lighten_patch_remainders puts this in kopf's place.
 """
 
 from __future__ import annotations
 
-import copy
-import inspect
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -40,38 +38,3 @@ def changed_fields_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
         {key: after[key] for key in after if key in changed},
     ).patch
     return ops
-
-
-def lighten_patch_remainders() -> bool:
-    """Replace kopf's `Patch.as_json_patch` with one that returns at once when nothing is left,
-    and otherwise diffs only the changed fields. False when kopf's Patch is not the one this was
-    written for (kopf 1.45: its merge-patch application `_apply_patch` and callables `fns`)."""
-    from kopf._cogs.structs import patches
-
-    patch_class: Any = patches.Patch
-    original = patch_class.as_json_patch
-    if getattr(original, "lightened", False):
-        return True
-    if not hasattr(patch_class, "_apply_patch") or not isinstance(
-        getattr(patch_class, "fns", None), property
-    ):
-        return False
-    if list(inspect.signature(original).parameters) != ["self", "body"]:
-        return False
-
-    def as_json_patch(self: Any, body: Any = None) -> JsonPatchOps:
-        if not self:
-            return []
-        base = body if body is not None else self._original
-        if base is None:
-            return original(self, body)  # type: ignore[no-any-return]  # kopf's own error
-        as_is = dict(base)
-        to_be = copy.deepcopy(as_is)
-        self._apply_patch(to_be, (), dict(self))
-        for fn in self.fns:
-            fn(to_be)
-        return changed_fields_diff(as_is, to_be)
-
-    as_json_patch.lightened = True  # type: ignore[attr-defined]
-    patch_class.as_json_patch = as_json_patch
-    return True

@@ -8,14 +8,15 @@ finalizer). Each deleted resource held its place for kopf's consistency timeout,
 limit of W workers deleted at most W/5 resources a second: at 2 workers, 40 streams were not
 all deleted within 40 s; released at once, their deletion takes seconds.
 
-The same wrapper hands every event of the streams' and consumers' kinds to the operator's
-registries without kopf's handler machinery, and keeps from kopf the echoes of its own status
-patches, in which kopf would find nothing to do (`EventObservers`).
+The deletion's wait is cut short by `observing_processor`, with which
+kopf_adaptations.streamline_workers wraps kopf's worker; it also hands every event of the
+streams' and consumers' kinds to the operator's registries without kopf's handler machinery,
+and keeps from kopf the echoes of its own status patches, in which kopf would find nothing to
+do (`EventObservers`).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -110,65 +111,46 @@ _observers: EventObservers | None = None
 def observe_events(observers: EventObservers | None) -> None:
     """From now on, kopf's workers hand every event of the observed kinds to their observer,
     and keep plain echoes from kopf (None: kopf sees every event again, and no one else). Takes
-    effect where `streamline_workers` did; elsewhere, kopf's own `on.event` handlers must
-    observe."""
+    effect where kopf_adaptations.streamline_workers applied; elsewhere, kopf's own `on.event`
+    handlers must observe."""
     global _observers
     _observers = observers
 
 
-def streamline_workers() -> bool:
-    """Wrap kopf's per-resource worker: end it as soon as kopf has handled a DELETED event, and
-    hand events to the `observe_events` observers first.
+EventProcessor = Callable[..., Awaitable[str | None]]
+"""kopf's processing of one event (its keyword `raw_event` and more): the resource version its
+patch made, if it patched."""
 
-    Nothing can follow a DELETED event for the worker's key (a uid), so ending it loses nothing;
-    it ends the way kopf ends every worker at shutdown, with its end-of-stream token. False when
-    kopf's worker is not the one this was written for (kopf 1.45)."""
-    from kopf._core.reactor import queueing
 
-    original = queueing.worker
-    if getattr(original, "streamlined", False):
-        return True
-    expected = {"processor", "streams", "key"}
-    if not expected <= inspect.signature(original).parameters.keys():
-        return False
-    end_of_stream = getattr(getattr(queueing, "EOS", None), "token", None)
-    if end_of_stream is None:
-        return False
+def observing_processor(
+    processor: EventProcessor, resource: Any, end_after_deletion: Callable[[], None]
+) -> EventProcessor:
+    """`processor` for one resource's worker, handing each event to the `observe_events`
+    observer of its kind first, keeping plain echoes from kopf, and calling
+    `end_after_deletion` once kopf has handled a DELETED event (nothing can follow it for the
+    worker's uid, so the worker may end at once)."""
+    patched: Patched | None = None  # by handling the previous event, if it patched
 
-    async def worker(
-        *,
-        processor: Callable[..., Awaitable[str | None]],
-        streams: dict[Any, Any],
-        key: Any,
-        **kwargs: Any,
-    ) -> None:
-        resource = key[0] if isinstance(key, tuple) and key else None
-        patched: Patched | None = None  # by handling the previous event, if it patched
+    async def process(*, raw_event: Any, **more: Any) -> str | None:
+        nonlocal patched
+        observers = _observers
+        observer = observers.observer(resource) if observers else None
+        if observers and observer:
+            try:
+                observer(raw_event)
+            except Exception:  # as kopf treats its event handlers: logged, never retried
+                log.exception("Observing an event of %s failed", resource)
+            if observers.is_plain_echo(raw_event, patched):
+                patched = None
+                WATCH_ECHOES_SKIPPED.inc()
+                return None
+        stored = observers.stored_configuration(raw_event) if observers and observer else None
+        version = await processor(raw_event=raw_event, **more)
+        patched = None
+        if version is not None and observer is not None:
+            patched = Patched(version, stored)
+        if raw_event.get("type") == "DELETED":
+            end_after_deletion()
+        return version
 
-        async def process(*, raw_event: Any, **more: Any) -> str | None:
-            nonlocal patched
-            observers = _observers
-            observer = observers.observer(resource) if observers else None
-            if observers and observer:
-                try:
-                    observer(raw_event)
-                except Exception:  # as kopf treats its event handlers: logged, never retried
-                    log.exception("Observing an event of %s failed", resource)
-                if observers.is_plain_echo(raw_event, patched):
-                    patched = None
-                    WATCH_ECHOES_SKIPPED.inc()
-                    return None
-            stored = observers.stored_configuration(raw_event) if observers and observer else None
-            version = await processor(raw_event=raw_event, **more)
-            patched = None
-            if version is not None and observer is not None:
-                patched = Patched(version, stored)
-            if raw_event.get("type") == "DELETED" and key in streams:
-                streams[key].backlog.put_nowait(end_of_stream)
-            return version
-
-        await original(processor=process, streams=streams, key=key, **kwargs)
-
-    worker.streamlined = True  # type: ignore[attr-defined]
-    queueing.worker = worker
-    return True
+    return process

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Callable
 import kopf
 import pytest
 
+from jetstream_operator.kopf_adaptations import COMPACT_BODIES
 from jetstream_operator.memory import (
     Allocator,
     HeapTrimmer,
-    compact_kopf_bodies,
     compact_watch_event,
     glibc,
     shrink_tls_read_buffers,
@@ -173,8 +173,8 @@ async def test_kopf_decodes_its_watch_streams_and_listings_compactly_once_instal
 
     try:
         fetching.fetch_objs = listing  # type: ignore[assignment]
-        assert compact_kopf_bodies()
-        assert compact_kopf_bodies()  # twice wraps once
+        assert COMPACT_BODIES.apply()
+        assert COMPACT_BODIES.apply()  # twice wraps once
         line = '{"type": "ADDED", "object": {"metadata": {"uid": "u1", "managedFields": []}}}'
         assert api.json.loads(line) == {"type": "ADDED", "object": {"metadata": {"uid": "u1"}}}  # type: ignore[attr-defined]  # not re-exported by kopf
         wrapped: Callable[..., AsyncIterator[object]] = fetching.fetch_objs

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kopf._cogs.structs import finalizers, patches
 
-from jetstream_operator.patching import changed_fields_diff, lighten_patch_remainders, same_json
+from jetstream_operator.kopf_adaptations import LIGHTER_PATCH_REMAINDERS
+from jetstream_operator.patching import changed_fields_diff, same_json
 
 FINALIZER = "jetstream-operator.io/finalizer"
 
@@ -60,8 +61,8 @@ def test_values_python_takes_as_equal_stay_in_the_diff() -> None:
 def lightened() -> Iterator[None]:
     original = patches.Patch.as_json_patch
     try:
-        assert lighten_patch_remainders()
-        assert lighten_patch_remainders()  # twice replaces once
+        assert LIGHTER_PATCH_REMAINDERS.apply()
+        assert LIGHTER_PATCH_REMAINDERS.apply()  # twice replaces once
         assert patches.Patch.as_json_patch is not original
         yield
     finally:
@@ -93,7 +94,7 @@ def test_kopfs_own_operations_for_what_kopf_leaves() -> None:
     expected = [patch.as_json_patch(BODY) for patch in remainders()]  # type: ignore[arg-type]
     original = patches.Patch.as_json_patch
     try:
-        assert lighten_patch_remainders()
+        assert LIGHTER_PATCH_REMAINDERS.apply()
         assert [patch.as_json_patch(BODY) for patch in remainders()] == expected  # type: ignore[arg-type]
     finally:
         patches.Patch.as_json_patch = original  # type: ignore[method-assign]

@@ -11,11 +11,11 @@ from typing import Any
 import kopf
 import pytest
 
+from jetstream_operator.kopf_adaptations import STREAMLINED_WORKERS
 from jetstream_operator.queueing import (
     WORKER_IDLE_TIMEOUT,
     EventObservers,
     observe_events,
-    streamline_workers,
     tune_queueing,
 )
 
@@ -83,8 +83,8 @@ async def test_a_deleted_resource_frees_its_workers_place_at_once(
     from kopf._core.reactor import queueing
 
     monkeypatch.setattr(queueing, "worker", queueing.worker)  # restored afterwards
-    assert streamline_workers()
-    assert streamline_workers()  # twice wraps once
+    assert STREAMLINED_WORKERS.apply()
+    assert STREAMLINED_WORKERS.apply()  # twice wraps once
     seen = await run_worker(
         [event("MODIFIED", "5"), event("DELETED", "6")], ["5~which~never~arrives", None]
     )
@@ -97,7 +97,7 @@ async def test_a_live_resource_keeps_its_worker_for_its_events(
     from kopf._core.reactor import queueing
 
     monkeypatch.setattr(queueing, "worker", queueing.worker)
-    assert streamline_workers()
+    assert STREAMLINED_WORKERS.apply()
     seen = await run_worker([event("ADDED", "5"), event("MODIFIED", "6")], [None, None])
     assert seen == ["ADDED", "MODIFIED"]
 
@@ -108,7 +108,7 @@ def echoes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     from kopf._core.reactor import queueing
 
     monkeypatch.setattr(queueing, "worker", queueing.worker)
-    assert streamline_workers()
+    assert STREAMLINED_WORKERS.apply()
     observed: list[str] = []
     observe_events(
         EventObservers(
@@ -182,7 +182,7 @@ async def test_kinds_without_an_observer_see_their_echoes(monkeypatch: pytest.Mo
     from kopf._core.reactor import queueing
 
     monkeypatch.setattr(queueing, "worker", queueing.worker)
-    assert streamline_workers()
+    assert STREAMLINED_WORKERS.apply()
     observe_events(EventObservers(GROUP, {}, "status.lastHandledConfiguration", "kopf.example.io"))
     try:
         seen = await run_worker([event("ADDED", "5"), event("MODIFIED", "6", HANDLED)], ["6", None])
@@ -198,7 +198,7 @@ async def test_a_failing_observer_leaves_kopf_its_events(monkeypatch: pytest.Mon
         raise ValueError("a bug in the observer")
 
     monkeypatch.setattr(queueing, "worker", queueing.worker)
-    assert streamline_workers()
+    assert STREAMLINED_WORKERS.apply()
     observe_events(
         EventObservers(GROUP, {"streams": observer}, "status.lastHandledConfiguration", "k")
     )
