@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from .handlers.registry import ResourceRegistry
     from .handlers.status_writes import StatusBudget
     from .k8s.client import KubeApi
-    from .k8s.login import RequestLimit
     from .k8s.secrets import SecretReader
     from .k8s.status import EventPoster, ResourceWriter
+    from .k8s.throttle import RequestLimit
     from .k8s.watch import NamespaceWatches
     from .nats.pool import ConnectionPool
     from .settings import OperatorSettings

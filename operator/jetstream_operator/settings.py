@@ -84,12 +84,12 @@ class OperatorSettings(BaseSettings):
     serves before the user's own applies (slowed 6.5-8.5x at 2,000 resources)."""
     kube_requests_adaptive: bool = True
     """Fewer than `kube_requests` in flight while the API server answers slowly, down to 8
-    (k8s/login.py, AdaptiveLimit): it then spends its time on others' requests first. Before
+    (k8s/throttle.py, AdaptiveLimit): it then spends its time on others' requests first. Before
     writes yielded to bursts of creations, it slowed the user's applies beside 2,000 new
     resources 1.35-1.6x instead of 2.3-3.4x with a fixed limit of 8 (benchmarks.md)."""
     yield_to_creations: float = Field(default=30.0, ge=0)
     """While people create resources of the operator's kinds in a burst (at least 32 in a
-    second; k8s/login.py, Burst), the operator's Kubernetes writes wait until it ends,
+    second; k8s/throttle.py, Burst), the operator's Kubernetes writes wait until it ends,
     for at most this many seconds from its start, so their own applies go first; 0 never
     waits. The work in NATS goes on meanwhile."""
     yield_to_deletions: float = Field(default=30.0, ge=0)
@@ -99,7 +99,7 @@ class OperatorSettings(BaseSettings):
     events_yield_to_writes: float = Field(default=20.0, ge=0)
     """While the operator writes the status of many resources at once, as thousands
     converging make it, its Events wait until those writes pause (none for 0.1 s;
-    k8s/login.py, WritesLull), for at most this many seconds from when they happened, so the
+    k8s/throttle.py, WritesLull), for at most this many seconds from when they happened, so the
     resources turn Ready first; 0 posts them without waiting. A single change leaves its Event
     no wait. Either way Events go 8 at a time (k8s/status.py, EventPoster)."""
     peering_lifetime: int = Field(default=60, ge=2)

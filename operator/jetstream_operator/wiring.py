@@ -23,10 +23,11 @@ from .handlers.pacing import Pace
 from .handlers.registry import ConnectionKey, ResourceRegistry, ready_counts
 from .handlers.status_writes import StatusBudget
 from .k8s.client import KubeApi
-from .k8s.login import Burst, DeletionRequests, RequestLimit, WritesLull, credentials
+from .k8s.login import credentials
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import EventPoster, ResourceWriter
+from .k8s.throttle import Burst, DeletionRequests, RequestLimit, WritesLull
 from .k8s.watch import NamespaceWatches
 from .marks import FINALIZER, KOPF_ANNOTATION_PREFIX, PAUSE_ANNOTATION
 from .memory import HeapTrimmer

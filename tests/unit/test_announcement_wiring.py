@@ -12,9 +12,9 @@ import kopf
 import pytest
 
 from jetstream_operator import main
-from jetstream_operator.passes import stream_backed
 from jetstream_operator.handlers.arrivals import StreamArrivals
 from jetstream_operator.handlers.registry import ResourceRegistry
+from jetstream_operator.passes import stream_backed
 
 
 def stream_resource() -> kopf.Body:

@@ -12,7 +12,8 @@ import pytest
 from aiohttp import web
 
 from jetstream_operator.k8s.client import ApiError, KubeApi
-from jetstream_operator.k8s.login import RequestLimit, service_account
+from jetstream_operator.k8s.login import service_account
+from jetstream_operator.k8s.throttle import RequestLimit
 
 IN_POD = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 

@@ -10,7 +10,8 @@ from typing import Any
 from yarl import URL
 
 from jetstream_operator.k8s.client import ApiError
-from jetstream_operator.k8s.login import (
+from jetstream_operator.k8s.status import EVENT_ATTEMPTS, EventPoster
+from jetstream_operator.k8s.throttle import (
     ADAPTIVE_LEAST,
     AdaptiveLimit,
     Burst,
@@ -18,7 +19,6 @@ from jetstream_operator.k8s.login import (
     RequestLimit,
     WritesLull,
 )
-from jetstream_operator.k8s.status import EVENT_ATTEMPTS, EventPoster
 from jetstream_operator.metrics import REGISTRY
 
 from .fakes import Clock

@@ -37,7 +37,8 @@ recently is one a new stream's first status need not wait for."""
 ANNOUNCED_FOR = 60.0
 """How long an announcement counts, for a consumer that looked just before it or whose pass
 begins late: as long as a consumer waits for a stream no Stream resource has reported on yet
-(passes.consumer.NEW_STREAM_ARRIVAL_TIMEOUT), so none waits that long for a stream made before its wait.
+(passes.consumer.NEW_STREAM_ARRIVAL_TIMEOUT), so none waits that long for a stream made before
+its wait.
 `forget` ends it early when the stream's resource is deleted."""
 
 

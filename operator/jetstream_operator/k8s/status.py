@@ -21,7 +21,7 @@ import aiohttp
 from .. import GROUP, VERSION
 from ..metrics import EVENTS_DEFERRED, EVENTS_DEFERRED_SECONDS, EVENTS_FAILED
 from .client import MERGE_PATCH, ApiError, KubeApi
-from .login import WritesLull
+from .throttle import WritesLull
 
 logger = logging.getLogger(__name__)
 
