@@ -1,7 +1,8 @@
-"""What every benchmark here shares (ours, NACK's, the write cost's): the servers' own figures
-(writes from kube-apiserver's /metrics, JetStream API requests from the audit advisories, each
-process's CPU and memory), how objects are applied, and where results go. Nothing here knows
-which controller runs, so each bench imports it and none needs another bench."""
+"""What every benchmark here shares (ours, NACK's, the write cost's): the servers and clients
+every controller runs against, the servers' own figures (writes from kube-apiserver's /metrics,
+JetStream API requests from the audit advisories, each process's CPU and memory), how objects
+are applied, and where results go. Nothing here knows which controller runs, so each bench
+imports it and none needs another bench."""
 
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import identities
 import nats
+from kubernetes import client, config
 
+from jetstream_operator import GROUP, VERSION
 from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.devenv.figures import apiserver_writes as served_writes
+from jetstream_operator.devenv.figures import flow_control_waits
 from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.settings import OperatorSettings
 
@@ -249,3 +255,60 @@ def deadline_guard(seconds: float) -> None:
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
     timer.start()
+
+
+class Servers:
+    """kube-apiserver + etcd and one nats-server, fresh for each run, with clients as the run's
+    identities: what any controller under test runs against, so each bench adds only its
+    controller. Objects are made in `group`/`version`, the controller's own CRDs."""
+
+    group = GROUP
+    version = VERSION
+
+    def __init__(self, workdir: Path, identity_mode: str, profiling: bool = False) -> None:
+        self.workdir = workdir
+        self.plane = identities.control_plane(workdir / "cp", identity_mode, profiling)
+        self.nats = NatsServer(workdir / "nats")
+
+    def connect(self) -> None:
+        """The admin's clients, once the servers run."""
+        self.api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            str(self.plane.kubeconfig)
+        )
+        self.objects = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+
+    def connect_identities(self, identity_mode: str) -> None:
+        """The applier's and the controller's clients (identities.MODES)."""
+        self.identities = identities.identities(self.plane, self.api, identity_mode)
+        self.applier = client.CustomObjectsApi(
+            config.new_client_from_config(str(self.identities.applier))  # type: ignore[no-untyped-call]
+        )
+        self.as_controller = client.CustomObjectsApi(
+            config.new_client_from_config(str(self.identities.controller))  # type: ignore[no-untyped-call]
+        )
+
+    def create_one(self, namespace: str, plural: str, body: dict[str, Any]) -> None:
+        """As the user would: the applier identity."""
+        group, version = self.group, self.version
+        self.applier.create_namespaced_custom_object(
+            group, version, namespace, plural, {"apiVersion": f"{group}/{version}", **body}
+        )
+
+    def delete_one(self, namespace: str, plural: str, name: str) -> None:
+        """As the user would: the applier identity."""
+        self.applier.delete_namespaced_custom_object(
+            self.group, self.version, namespace, plural, name
+        )
+
+    def create_in_order(self, namespace: str, phases: list[Phase]) -> None:
+        """Phases (see `applied`) one after another, each 8 at a time."""
+        for phase in phases:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda item: self.create_one(namespace, *item), phase))
+
+    def writes(self) -> Counter[str]:
+        return apiserver_writes(self.plane.url, self.plane.ssl_context())
+
+    def flow_control(self) -> dict[str, tuple[float, int]]:
+        return flow_control_waits(self.plane.url, self.plane.ssl_context())

@@ -35,7 +35,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,7 @@ from harness import (
     RESULTS,
     RESYNC_INTERVAL,
     ApiAudit,
-    apiserver_writes,
+    Servers,
     applied,
     breakdown,
     cpu_line,
@@ -63,11 +62,9 @@ from harness import (
     save_result,
     servers_cpu_seconds,
 )
-from kubernetes import client, config
+from kubernetes import client
 from watches import ObjectWatch, wait_ready, watching
 
-from jetstream_operator.devenv.figures import flow_control_waits
-from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.devenv.paths import LOOPBACK, free_port
 from jetstream_operator.devenv.processes import tail
 
@@ -196,7 +193,10 @@ class NackProcess:
 # -- one size, one mode ---------------------------------------------------------------------------
 
 
-class Bench:
+class Bench(Servers):
+    group = GROUP
+    version = VERSION
+
     def __init__(
         self,
         workdir: Path,
@@ -205,32 +205,20 @@ class Bench:
         identity_mode: str = "admin",
         apply_order: str = "kinds",
     ) -> None:
-        self.workdir = workdir
+        super().__init__(workdir, identity_mode)
         self.nack = nack
         self.mode = mode
         self.identity_mode = identity_mode
         self.apply_order = apply_order
         """APPLY_ORDERS: the run's (--apply-order), so NACK is applied as ours is."""
-        self.plane = identities.control_plane(workdir / "cp", identity_mode)
-        self.nats = NatsServer(workdir / "nats")
         self.controller: NackProcess | None = None
 
     def start(self) -> None:
         self.plane.start()
         self.nats.start()
-        self.api = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            str(self.plane.kubeconfig)
-        )
-        self.objects = client.CustomObjectsApi(self.api)
-        self.core = client.CoreV1Api(self.api)
+        self.connect()
         self.apply_crds()
-        self.identities = identities.identities(self.plane, self.api, self.identity_mode)
-        self.applier = client.CustomObjectsApi(
-            config.new_client_from_config(str(self.identities.applier))  # type: ignore[no-untyped-call]
-        )
-        self.as_controller = client.CustomObjectsApi(
-            config.new_client_from_config(str(self.identities.controller))  # type: ignore[no-untyped-call]
-        )
+        self.connect_identities(self.identity_mode)
         kubeconfig = self.identities.controller
         argv = self.nack.argv(kubeconfig, self.nats.url, self.mode, self.workdir)
         self.controller = NackProcess(argv, self.workdir / "nack", kubeconfig)
@@ -278,16 +266,6 @@ class Bench:
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         return name
 
-    def create_one(self, namespace: str, plural: str, body: dict[str, Any]) -> None:
-        """As the user would: the applier identity."""
-        self.applier.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
-        )
-
-    def delete_one(self, namespace: str, plural: str, name: str) -> None:
-        """As the user would: the applier identity."""
-        self.applier.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-
     def apply_all(self, namespace: str, size: int, prefix: str) -> float:
         """In the order ours are applied (`--apply-order`)."""
         started = time.perf_counter()
@@ -296,23 +274,15 @@ class Bench:
             [consumer_body(i, prefix) for i in range(size)],
             self.apply_order,
         )
-        for phase in phases:  # 8 at a time
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                list(pool.map(lambda item: self.create_one(namespace, *item), phase))
+        self.create_in_order(namespace, phases)
         return time.perf_counter() - started
 
     def watch(self, namespace: str, plural: str) -> ObjectWatch:
         return ObjectWatch(self.objects, namespace, plural, GROUP, VERSION)
 
-    def writes(self) -> Counter[str]:
-        return apiserver_writes(self.plane.url, self.plane.ssl_context())
-
     def cpu_seconds(self) -> Counter[str]:
         pid = self.controller.pid if self.controller else None
         return servers_cpu_seconds(self.plane, self.nats, {"nack": pid})
-
-    def flow_control(self) -> dict[str, tuple[float, int]]:
-        return flow_control_waits(self.plane.url, self.plane.ssl_context())
 
 
 def stream_body(index: int, prefix: str) -> dict[str, Any]:

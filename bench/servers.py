@@ -6,21 +6,18 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import identities
-from harness import Phase, apiserver_writes, rss_mib, servers_cpu_seconds
-from kubernetes import client, config
+from harness import Servers, rss_mib, servers_cpu_seconds
+from kubernetes import client
 from watches import ObjectWatch
 
-from jetstream_operator import GROUP, VERSION
 from jetstream_operator.devenv import admission
-from jetstream_operator.devenv.figures import counts_by_labels, flow_control_waits, scrape
+from jetstream_operator.devenv.figures import counts_by_labels, scrape
 from jetstream_operator.devenv.gobuild import ensure_tools
-from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
+from jetstream_operator.devenv.natsserver import NatsCluster
 from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.devenv.paths import free_port
 from jetstream_operator.k8s.crds import install_api
@@ -29,7 +26,7 @@ OPERATOR_ENV: dict[str, str] = {}
 """Settings every operator of the run gets (--operator-env), e.g. JETSTREAM_OPERATOR_EVENTS."""
 
 
-class Bench:
+class Bench(Servers):
     identity_mode = "admin"
     """identities.MODES: every bench of a run uses the same (--identities)."""
     apply_order = "kinds"
@@ -41,9 +38,7 @@ class Bench:
     is served (--admission-finalizer)."""
 
     def __init__(self, workdir: Path, cluster: bool = False) -> None:
-        self.workdir = workdir
-        self.plane = identities.control_plane(workdir / "cp", self.identity_mode, self.profiling)
-        self.nats = NatsServer(workdir / "nats")
+        super().__init__(workdir, self.identity_mode, self.profiling)
         self.cluster = NatsCluster(workdir / "cluster") if cluster else None
         self.operators: list[OperatorProcess] = []
         self.metrics_port = free_port()
@@ -70,21 +65,11 @@ class Bench:
         self.nats.start()
         if self.cluster is not None:
             self.cluster.start()
-        self.api = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            str(self.plane.kubeconfig)
-        )
+        self.connect()
         install_api(self.api)
-        self.objects = client.CustomObjectsApi(self.api)
-        self.core = client.CoreV1Api(self.api)
         if self.admission_finalizer:
             self.install_finalizer_policies(namespaces or [""])
-        self.identities = identities.identities(self.plane, self.api, self.identity_mode)
-        self.applier = client.CustomObjectsApi(
-            config.new_client_from_config(str(self.identities.applier))  # type: ignore[no-untyped-call]
-        )
-        self.as_controller = client.CustomObjectsApi(
-            config.new_client_from_config(str(self.identities.controller))  # type: ignore[no-untyped-call]
-        )
+        self.connect_identities(self.identity_mode)
         if shards:
             self.shard_labels = shards
             shares = [
@@ -143,25 +128,9 @@ class Bench:
                 raise
         return name
 
-    def create_one(self, namespace: str, plural: str, body: dict[str, Any]) -> None:
-        """As the user would: the applier identity."""
-        self.applier.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
-        )
-
-    def delete_one(self, namespace: str, plural: str, name: str) -> None:
-        """As the user would: the applier identity."""
-        self.applier.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-
     def create_many(self, namespace: str, plural: str, bodies: list[dict[str, Any]]) -> None:
         """8 at a time."""
         self.create_in_order(namespace, [[(plural, body) for body in bodies]])
-
-    def create_in_order(self, namespace: str, phases: list[Phase]) -> None:
-        """Phases (see `applied`) one after another, each 8 at a time."""
-        for phase in phases:
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                list(pool.map(lambda item: self.create_one(namespace, *item), phase))
 
     def watch(
         self, namespace: str, plural: str, kind_of: Callable[[dict[str, Any]], str] | None = None
@@ -169,9 +138,6 @@ class Bench:
         """Ready objects counted from a watch: polling lists of 10,000 objects would load the
         API server more than the operator does."""
         return ObjectWatch(self.objects, namespace, plural, kind_of=kind_of)
-
-    def writes(self) -> Counter[str]:
-        return apiserver_writes(self.plane.url, self.plane.ssl_context())
 
     def operator_requests(self) -> dict[str, int]:
         """JetStream requests the operator made, by operation, from its own /metrics."""
@@ -196,9 +162,6 @@ class Bench:
             for index, each in enumerate(self.operators)
         }
         return servers_cpu_seconds(self.plane, self.nats, controllers)
-
-    def flow_control(self) -> dict[str, tuple[float, int]]:
-        return flow_control_waits(self.plane.url, self.plane.ssl_context())
 
     def operator_rss_mib(self) -> float:
         return sum(rss_mib(each.pid) for each in self.operators)
