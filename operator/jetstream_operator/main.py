@@ -101,8 +101,8 @@ async def finalize_consumer(
 
 def serve_events(by_workers: bool) -> None:
     """Have the registries observe every event: through kopf's workers when `by_workers`
-    (queueing.streamline_workers; `wiring.start` names the observers), otherwise through kopf's
-    own event handlers, which cost about 1 ms of kopf's bookkeeping an event."""
+    (kopf_adaptations.streamline_workers; `wiring.start` names the observers), otherwise
+    through kopf's own event handlers, which cost about 1 ms of kopf's bookkeeping an event."""
     if by_workers:
         return
     for plural in (*(kind.resource.plural for kind in STREAM_BACKED), CONSUMER.plural):

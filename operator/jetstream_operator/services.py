@@ -10,7 +10,7 @@ import kopf
 
 if TYPE_CHECKING:
     from .handlers.arrivals import StreamArrivals
-    from .handlers.connections import ConnectionDirectory, WatcherSet
+    from .handlers.connection_directory import ConnectionDirectory
     from .handlers.failures import FailureMemories
     from .handlers.pacing import Pace
     from .handlers.registry import ResourceRegistry
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .k8s.watch import NamespaceWatches
     from .nats.pool import ConnectionPool
     from .settings import OperatorSettings
+    from .triggers.watchers import WatcherSet
 
 
 class SharedMemo(kopf.Memo):

@@ -16,8 +16,7 @@ from . import GROUP, metrics
 from .api.kinds import CONSUMER, NATS_CONNECTION
 from .api.status import LAST_HANDLED_FIELD
 from .handlers.arrivals import StreamArrivals
-from .handlers.connections import ConnectionDirectory, WatcherSet
-from .handlers.drift import DriftWatcher, WatchSettings
+from .handlers.connection_directory import ConnectionDirectory
 from .handlers.failures import FailureMemories, FailureMemory
 from .handlers.pacing import Pace
 from .handlers.registry import ConnectionKey, ResourceRegistry, ready_counts
@@ -37,6 +36,8 @@ from .queueing import EventObservers, observe_events, tune_queueing
 from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
 from .services import SharedMemo
 from .settings import OperatorSettings, default_target
+from .triggers.drift import DriftWatcher, WatchSettings
+from .triggers.watchers import WatcherSet
 
 RESUME_RATE = 200.0
 """First passes a second of the resources a restarted operator finds not Ready, over all kinds.

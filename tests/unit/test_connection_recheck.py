@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jetstream_operator.handlers.connection import domain_of, probe_due
+from jetstream_operator.handlers.connection_check import domain_of, probe_due
 from jetstream_operator.nats.pool import AuthMaterial, ConnectionTarget
 
 TARGET = ConnectionTarget(("nats://127.0.0.1:4222",), auth=AuthMaterial("token", "", "a"))

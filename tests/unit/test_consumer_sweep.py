@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from jetstream_operator.handlers.consumer_sweep import ConsumerSweep
+from jetstream_operator.triggers.consumer_sweep import ConsumerSweep
 
 
 def listing(names: list[str], last_seq: int = 0, consumers: int = 1) -> dict[str, Any]:

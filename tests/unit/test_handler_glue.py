@@ -17,8 +17,7 @@ import pytest
 
 from jetstream_operator.handlers import consumer as consumer_handlers
 from jetstream_operator.handlers import stream as stream_handlers
-from jetstream_operator.handlers.connections import ConnectionDirectory, ConnectionNotReady
-from jetstream_operator.handlers.drift import DriftWatcher, WatchSettings
+from jetstream_operator.handlers.connection_directory import ConnectionDirectory, ConnectionNotReady
 from jetstream_operator.handlers.failures import FailureMemory, History
 from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.handlers.status_writes import StatusBudget
@@ -28,6 +27,7 @@ from jetstream_operator.reconcile.backed import KEY_VALUE_KIND, STREAM_KIND
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
 from jetstream_operator.reconcile.renames import connection_record, managed_connection
+from jetstream_operator.triggers.drift import DriftWatcher, WatchSettings
 
 OWNER = Owner("ns", "orders", "uid-1")
 
@@ -815,8 +815,8 @@ def test_the_registry_keeps_only_what_drift_repair_reads() -> None:
 async def test_repairs_run_side_by_side_and_stop_starting_after_a_failure() -> None:
     import asyncio
 
-    from jetstream_operator.handlers.repair import all_of
     from jetstream_operator.nats.jsapi import JetStreamUnavailable
+    from jetstream_operator.passes.repair import all_of
 
     running, most, started = 0, 0, []
 
@@ -942,7 +942,7 @@ async def test_a_listing_older_than_a_handlers_look_does_not_write_its_older_cou
     resource = next(iter(drift._streams))
 
     async def handler_pass() -> None:
-        drift.looking(resource.owner.uid)  # as `main._handle` does before the handler looks
+        drift.looking(resource.owner.uid)  # as `envelope.run_pass` does before the handler looks
         server.consumer_counts["ORDERS"] = 2
         resource.body["status"] = {**resource.status, "consumerCount": 2}  # kopf's status
 

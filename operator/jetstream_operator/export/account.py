@@ -13,7 +13,7 @@ import kopf
 
 from .. import GROUP, VERSION
 from ..api.connection import NatsConnectionSpec
-from ..handlers.connection import resolve
+from ..handlers.connection_check import resolve
 from ..k8s.client import KubeApi, Login
 from ..k8s.secrets import SecretReader
 from ..nats.jsapi import JetStreamApi

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from ..api.kinds import CONSUMER, NATS_CONNECTION
-from ..handlers import connection as connection_handlers
+from ..handlers import connection_check
 from ..handlers.failures import NO_BASIS
 from ..handlers.registry import spec_connection_key
 from ..handlers.results import Result
@@ -111,7 +111,7 @@ async def _check_connection(
     use it can still be deleted in NATS after a namespace deletion removed everything at once."""
     key = (namespace, name)
     probed = memo.connection_probed
-    target = await connection_handlers.target_of(spec, namespace, name, memo.secrets)
+    target = await connection_check.target_of(spec, namespace, name, memo.secrets)
     if isinstance(target, Result):
         probed.pop(key, None)
         return target
@@ -119,7 +119,7 @@ async def _check_connection(
     pool = memo.pool
     changes = pool.account_changes(target)
     probed_at, changes_then = probed.get(key, (None, changes))
-    if recheck and not connection_handlers.probe_due(
+    if recheck and not connection_check.probe_due(
         target,
         working=memo.directory.known().get(key),
         connected=pool.is_connected(target),
@@ -129,14 +129,14 @@ async def _check_connection(
         account_changed=changes != changes_then,
     ):
         return None
-    result = await connection_handlers.probe(target, pool)
+    result = await connection_check.probe(target, pool)
     if not result.outcome.ready:
         # The last working target stays: during an outage its drift watcher goes on trying
         # and shows the outage on the resources, and comes back by itself.
         probed.pop(key, None)
         return result
     probed[key] = (time.monotonic(), changes)
-    for secret in connection_handlers.secret_names(spec) if hold_secrets else ():
+    for secret in connection_check.secret_names(spec) if hold_secrets else ():
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
     await _switch_connection(memo, key, target)
     return result
@@ -162,7 +162,7 @@ async def _release_secrets(
     still_read: set[str] = set()
     for other in memo.natsconnections:
         if other.owner.namespace == namespace and other.owner.name != leaving:
-            still_read |= connection_handlers.secret_names(other.spec)
+            still_read |= connection_check.secret_names(other.spec)
     for secret in set(names) - still_read:
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, False)
 
@@ -182,8 +182,8 @@ async def reconcile_connection(
     started = time.perf_counter()
     result = await _check_connection(memo, spec, namespace or "", name or "")
     assert result is not None  # only a recheck may find nothing to ask
-    dropped = connection_handlers.secret_names((old or {}).get("spec") or {}) - (
-        connection_handlers.secret_names(spec)
+    dropped = connection_check.secret_names((old or {}).get("spec") or {}) - (
+        connection_check.secret_names(spec)
     )
     if dropped:
         await _release_secrets(memo, namespace or "", dropped, leaving="")
@@ -260,9 +260,7 @@ async def finalize_connection(
     else:
         await _switch_connection(memo, (namespace, name), None)
         memo.connection_probed.pop((namespace, name), None)
-        await _release_secrets(
-            memo, namespace, connection_handlers.secret_names(spec), leaving=name
-        )
+        await _release_secrets(memo, namespace, connection_check.secret_names(spec), leaving=name)
         result = Result(Outcome(True, "Deleted", f"NatsConnection {name} released"))
     memory = memo.failures.for_connection(None)
     result = memory.settle(str(meta.get("uid", "")), NO_BASIS, result)

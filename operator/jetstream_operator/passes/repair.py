@@ -15,21 +15,21 @@ from typing import Any
 
 from .. import API_VERSION, metrics
 from ..api.kinds import CONSUMER, ResourceKind
-from ..k8s.status import EventSink, ResourceWriter
-from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
-from ..reconcile.backed import STREAM_KIND, StreamBackedKind
-from . import consumer as consumer_handlers
-from . import stream as stream_handlers
-from .failures import FailureMemory, History
-from .registry import (
+from ..handlers import consumer as consumer_handlers
+from ..handlers import stream as stream_handlers
+from ..handlers.failures import FailureMemory, History
+from ..handlers.registry import (
     ConnectionKey,
     ResourceRegistry,
     TrackedResource,
     connection_key,
     consumer_stream,
 )
-from .results import Result, paused
-from .status_writes import StatusBudget, status_patch
+from ..handlers.results import Result, paused
+from ..handlers.status_writes import StatusBudget, status_patch
+from ..k8s.status import EventSink, ResourceWriter
+from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
+from ..reconcile.backed import STREAM_KIND, StreamBackedKind
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..handlers.registry import TrackedResource
 from ..nats.jsapi import JetStreamApi
-from .registry import TrackedResource
-from .repair import PARALLEL_REPAIRS
+from ..passes.repair import PARALLEL_REPAIRS
 
 logger = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ import logging
 from collections.abc import Mapping
 
 from ..api.kinds import CONSUMER
+from ..handlers.registry import consumers_of, declaring
+from ..handlers.results import Result, unavailable
 from ..nats.jsapi import JetStreamUnavailable
+from ..passes.repair import Repairer, needs_care
 from ..reconcile.conditions import Outcome
-from .registry import consumers_of, declaring
-from .repair import Repairer, needs_care
-from .results import Result, unavailable
 
 logger = logging.getLogger(__name__)
 

@@ -23,17 +23,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..api.kinds import CONSUMER
-from ..k8s.status import EventSink, ResourceWriter
-from ..nats.advisories import subscribe_changes
-from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
-from ..nats.pool import ConnectionPool, ConnectionTarget
-from ..reconcile.backed import STREAM_KIND, StreamBackedKind
-from .consumer_sweep import ConsumerSweep
-from .failures import FailureMemory
-from .outage import OutageDisplay
-from .own_writes import OwnWrites
-from .recount import FIRST_STATUS_WAIT, RECOUNT_GATHER, FirstStatusWaits, recounted_infos
-from .registry import (
+from ..handlers.failures import FailureMemory
+from ..handlers.own_writes import OwnWrites
+from ..handlers.registry import (
     ConnectionKey,
     ResourceRegistry,
     TrackedResource,
@@ -41,8 +33,16 @@ from .registry import (
     consumers_of,
     declaring,
 )
-from .repair import Repairer, all_of
-from .status_writes import StatusBudget
+from ..handlers.status_writes import StatusBudget
+from ..k8s.status import EventSink, ResourceWriter
+from ..nats.advisories import subscribe_changes
+from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
+from ..nats.pool import ConnectionPool, ConnectionTarget
+from ..passes.repair import Repairer, all_of
+from ..reconcile.backed import STREAM_KIND, StreamBackedKind
+from .consumer_sweep import ConsumerSweep
+from .outage import OutageDisplay
+from .recount import FIRST_STATUS_WAIT, RECOUNT_GATHER, FirstStatusWaits, recounted_infos
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

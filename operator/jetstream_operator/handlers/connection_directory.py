@@ -1,4 +1,4 @@
-"""Which NATS system each resource talks to, and one drift watcher per system in use.
+"""Which NATS system each resource talks to.
 
 Resources name a NatsConnection of their own namespace (or none, for the operator's default);
 the directory keeps each connection's last working target, refreshed when its Secrets change.
@@ -6,8 +6,6 @@ the directory keeps each connection's last working target, refreshed when its Se
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -15,9 +13,8 @@ from typing import Any
 from ..k8s.secrets import SecretReader
 from ..nats.jsapi import JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
-from . import connection as connection_handlers
-from .drift import DriftWatcher
-from .registry import ConnectionKey, ResourceRegistry, TrackedResource
+from . import connection_check
+from .registry import ConnectionKey, ResourceRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +101,7 @@ class ConnectionDirectory:
                 f"NatsConnection {reference!r} does not exist in namespace {namespace!r} "
                 "(a resource can only use a connection of its own namespace)",
             )
-        result, target = await connection_handlers.check(
+        result, target = await connection_check.check(
             tracked.spec, namespace, str(reference), self._secrets, self._pool
         )
         if target is None:
@@ -115,42 +112,3 @@ class ConnectionDirectory:
         if self.remember(key, target) and self._changed is not None:
             await self._changed()
         return target
-
-
-class WatcherSet:
-    """One drift watcher task per connection in use, restarted when its target changes."""
-
-    def __init__(self, make: Callable[[ConnectionKey, ConnectionTarget], DriftWatcher]) -> None:
-        self._make = make
-        self._running: dict[
-            ConnectionKey, tuple[ConnectionTarget, DriftWatcher, asyncio.Task[None]]
-        ] = {}
-
-    def sync(self, wanted: Mapping[ConnectionKey, ConnectionTarget]) -> None:
-        for key in list(self._running):
-            target, _, task = self._running[key]
-            if wanted.get(key) != target:
-                task.cancel()
-                del self._running[key]
-        for key, target in wanted.items():
-            if key not in self._running:
-                watcher = self._make(key, target)
-                task = asyncio.create_task(watcher.run(), name=f"drift-{key}")
-                self._running[key] = (target, watcher, task)
-
-    def observed(self, resource: TrackedResource) -> None:
-        for _, watcher, _ in self._running.values():
-            watcher.observed(resource)
-
-    def get(self, key: ConnectionKey) -> DriftWatcher | None:
-        running = self._running.get(key)
-        return running[1] if running is not None else None
-
-    async def stop(self) -> None:
-        tasks = [task for _, _, task in self._running.values()]
-        self._running.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
