@@ -1,6 +1,11 @@
 """What every pass of a Stream-like resource or a Consumer does around its kind's own work:
 honour the pause and release annotations, hold the resource's lock, find its connection,
-settle failures, and report into status, Events and metrics."""
+settle failures, and report into status, Events and metrics.
+
+kopf's events run `run_pass`; the drift watchers' triggers (advisories, resyncs, recounts,
+retries) run `repair.Repairer`, which takes the same decisions and accounting from here and
+differs only where the trigger does: it is given the server's state it already listed, and
+writes status itself (under the status budget) where kopf's pass hands kopf a patch."""
 
 from __future__ import annotations
 
@@ -11,7 +16,6 @@ from typing import Any
 
 import kopf
 
-from .. import metrics
 from ..api.kinds import ResourceKind
 from ..handlers.failures import NO_BASIS, History
 from ..handlers.registry import ResourceRegistry, spec_connection_key
@@ -19,18 +23,18 @@ from ..handlers.results import (
     Result,
     deletion_blocked,
     needs_a_person,
-    paused,
     released,
     unavailable,
 )
 from ..handlers.status_writes import status_changes
 from ..k8s.status import EventSink
-from ..marks import FINALIZER, PAUSE_ANNOTATION, RELEASE_ANNOTATION
+from ..marks import FINALIZER, RELEASE_ANNOTATION
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..reconcile.ownership import Owner
 from ..reconcile.renames import managed_connection, moved
 from ..services import SharedMemo
 from ..settings import OperatorSettings
+from .accounting import account, paused_by, post_events
 
 Work = Callable[[JetStreamApi, Owner, OperatorSettings, History], Awaitable[Result]]
 """A kind's own part of a pass, given the connection's JetStream API and what it needs."""
@@ -95,8 +99,8 @@ async def run_pass(
     what = f"{kind.singular} {named}"
     if deleting and meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true":
         result = released(what, RELEASE_ANNOTATION)
-    elif not deleting and meta.annotations.get(PAUSE_ANNOTATION, "").lower() == "true":
-        result = paused(PAUSE_ANNOTATION)
+    elif not deleting and (pause := paused_by(lambda key: meta.annotations.get(key, ""))):
+        result = pause
     elif not deleting and not settings.read_only and (move := moved(spec, status, kind.kind)):
         # Before the connection is looked up: the new one may not even exist. A read-only
         # operator made nothing, so it may look wherever the spec points.
@@ -149,17 +153,11 @@ def report(
     """Write what changed into status and post events. Only a deletion is retried through
     kopf (its finalizer must stay until done); every other retry belongs to drift repair's
     failure memory, which backs off without writing anything in between."""
-    metrics.observe(
-        kind,
-        result.outcome.reason,
-        (event.reason for event in result.events),
-        time.perf_counter() - started,
-    )
+    account(kind, result, started)
     if not gone_after(body, deleting, result):
         for key, value in status_changes(status, result, generation, body.get("spec")).items():
             patch.status[key] = value
-    for event in result.events:
-        events.post(body, event.type, event.reason, event.message)
+    post_events(events, body, result)
     if deleting and result.retry:
         raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from .. import API_VERSION, metrics
+from .. import API_VERSION
 from ..api.kinds import CONSUMER, ResourceKind
 from ..handlers import consumer as consumer_handlers
 from ..handlers import stream as stream_handlers
@@ -25,11 +25,12 @@ from ..handlers.registry import (
     connection_key,
     consumer_stream,
 )
-from ..handlers.results import Result, paused
+from ..handlers.results import Result
 from ..handlers.status_writes import StatusBudget, status_patch
 from ..k8s.status import EventSink, ResourceWriter
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..reconcile.backed import STREAM_KIND, StreamBackedKind
+from .accounting import account, paused_by, post_events
 
 logger = logging.getLogger(__name__)
 
@@ -121,12 +122,17 @@ class Repairer:
         if patch is None:
             return
         try:
-            written = await self._writer.patch_status(
-                kind.plural, resource.owner.namespace, resource.owner.name, patch
-            )
+            await self._write(kind, resource, patch)
         except Exception:
             logger.exception("could not write the status of %s", resource.owner.describe())
-            return
+
+    async def _write(
+        self, kind: ResourceKind, resource: TrackedResource, patch: dict[str, Any]
+    ) -> None:
+        """Write the status patch, and keep the registry's copy as the server now holds it."""
+        written = await self._writer.patch_status(
+            kind.plural, resource.owner.namespace, resource.owner.name, patch
+        )
         if written:
             resource.body = {**resource.body, "status": {**resource.status, **patch}}
 
@@ -210,24 +216,13 @@ class Repairer:
                 if looked < self._looked_at.get(uid, -math.inf):
                     return  # a newer look already wrote what this one knows
                 self._looked_at[uid] = looked
-            annotation = self._pause_annotation
-            if annotation and resource.annotation(annotation).lower() == "true":
-                result = paused(annotation)
-            else:
-                result = await self._reconcile(kind, resource, jetstream, known, known_stream)
-            metrics.observe(
-                kind.kind,
-                result.outcome.reason,
-                (event.reason for event in result.events),
-                time.perf_counter() - started,
+            result = paused_by(resource.annotation, self._pause_annotation) or (
+                await self._reconcile(kind, resource, jetstream, known, known_stream)
             )
+            account(kind.kind, result, started)
             patch = status_patch(resource, result, self._budget)
             if patch is not None:
-                written = await self._writer.patch_status(
-                    kind.plural, resource.owner.namespace, resource.owner.name, patch
-                )
-                if written:
-                    resource.body = {**resource.body, "status": {**resource.status, **patch}}
+                await self._write(kind, resource, patch)
             reference = {
                 "apiVersion": API_VERSION,
                 "kind": kind.kind,
@@ -237,5 +232,4 @@ class Repairer:
                     "uid": resource.owner.uid,
                 },
             }
-            for event in result.events:
-                self._events.post(reference, event.type, event.reason, event.message)
+            post_events(self._events, reference, result)
