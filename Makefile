@@ -25,21 +25,22 @@ help:
 	@echo "make e2e-image  build the image, load it into kind, run it in the cluster (needs docker/podman)"
 	@echo "make test-kopf-latest  the unit tests against the newest kopf 1.x, past pyproject's pin (kopf_adaptations)"
 
-$(STAMP): pyproject.toml
+# The operator and its dev tools (devtools/: a distribution of its own, kept out of the image).
+$(STAMP): pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test,spark]'
+	$(VENV)/bin/pip install --quiet -e '.[test,spark]' -e ./devtools
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 # kube-apiserver, etcd, kubectl and helm, built once from their Go modules into ~/.cache.
 tools: venv
-	$(PY) -m jetstream_operator.devenv.gobuild
+	$(PY) -m jetstream_devtools.gobuild
 
 run: tools
 	@eval "$$($(CLI) dev up --state-dir $(DEV_DIR))" && \
-	  kubectl_bin="$$($(PY) -m jetstream_operator.devenv.gobuild --path kubectl)" && \
+	  kubectl_bin="$$($(PY) -m jetstream_devtools.gobuild --path kubectl)" && \
 	  "$$kubectl_bin" apply -f examples/ && \
 	  echo && echo "Local environment is up. In another shell:" && \
 	  echo "  export KUBECONFIG=$$KUBECONFIG NATS_URL=$$NATS_URL" && \
@@ -68,7 +69,7 @@ KOPF_LATEST_VENV ?= build/venv-kopf-latest
 test-kopf-latest:
 	$(PYTHON) -m venv $(KOPF_LATEST_VENV)
 	$(KOPF_LATEST_VENV)/bin/pip install --quiet --upgrade pip
-	$(KOPF_LATEST_VENV)/bin/pip install --quiet -e '.[test,spark]'
+	$(KOPF_LATEST_VENV)/bin/pip install --quiet -e '.[test,spark]' -e ./devtools
 	$(KOPF_LATEST_VENV)/bin/pip install --quiet --upgrade 'kopf<2'
 	$(KOPF_LATEST_VENV)/bin/pip show kopf | grep '^Version'
 	$(KOPF_LATEST_VENV)/bin/pytest tests/unit -p no:cacheprovider
@@ -108,7 +109,7 @@ e2e-node: tools
 # installed and started, and the base image the Dockerfile names is made with debootstrap.
 IMAGE ?= jetstream-operator:dev
 image: venv
-	$(PY) -m jetstream_operator.devenv.containers --build $(IMAGE)
+	$(PY) -m jetstream_devtools.containers --build $(IMAGE)
 
 # image-requirements.txt pins every package of the image with hashes; pip-compile maintains it
 # (from pyproject.toml's dependencies and build requirements), never edit it by hand.

@@ -16,7 +16,7 @@ import threading
 import urllib.request
 from pathlib import Path
 
-from jetstream_operator.devenv.controlplane import ControlPlane
+from jetstream_devtools.controlplane import ControlPlane
 
 PARTS = {
     "CEL rules": "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel.(*Validator).Validate",

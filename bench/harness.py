@@ -25,11 +25,11 @@ import identities
 import nats
 from kubernetes import client, config
 
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.figures import apiserver_writes as served_writes
+from jetstream_devtools.figures import flow_control_waits
+from jetstream_devtools.natsserver import NatsServer
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.figures import apiserver_writes as served_writes
-from jetstream_operator.devenv.figures import flow_control_waits
-from jetstream_operator.devenv.natsserver import NatsServer
 from jetstream_operator.settings import OperatorSettings
 
 BENCH_DIR = Path(__file__).resolve().parent

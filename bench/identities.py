@@ -18,8 +18,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.pki import issue_client_cert
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.pki import issue_client_cert
 
 MODES = ("admin", "workload")
 CONTROLLER_NAMESPACE = "bench-controller"

@@ -65,8 +65,8 @@ from harness import (
 from kubernetes import client
 from watches import ObjectWatch, wait_ready, watching
 
-from jetstream_operator.devenv.paths import LOOPBACK, free_port
-from jetstream_operator.devenv.processes import tail
+from jetstream_devtools.paths import LOOPBACK, free_port
+from jetstream_devtools.processes import tail
 
 NACK_MODULE = "github.com/nats-io/nack"
 GROUP = "jetstream.nats.io"

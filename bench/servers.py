@@ -14,13 +14,13 @@ from harness import Servers, rss_mib, servers_cpu_seconds
 from kubernetes import client
 from watches import ObjectWatch
 
-from jetstream_operator.devenv import admission
-from jetstream_operator.devenv.figures import counts_by_labels, scrape
-from jetstream_operator.devenv.gobuild import ensure_tools
-from jetstream_operator.devenv.natsserver import NatsCluster
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.devenv.paths import free_port
-from jetstream_operator.k8s.crds import install_api
+from jetstream_devtools import admission
+from jetstream_devtools.crds import install_api
+from jetstream_devtools.figures import counts_by_labels, scrape
+from jetstream_devtools.gobuild import ensure_tools
+from jetstream_devtools.natsserver import NatsCluster
+from jetstream_devtools.operator_process import OperatorProcess
+from jetstream_devtools.paths import free_port
 
 OPERATOR_ENV: dict[str, str] = {}
 """Settings every operator of the run gets (--operator-env), e.g. JETSTREAM_OPERATOR_EVENTS."""

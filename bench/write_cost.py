@@ -35,14 +35,14 @@ import yaml
 from harness import machine, process_cpu_seconds, save_result
 from kubernetes import client, config
 
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.crds import apply_crds, install_api
 from jetstream_operator import GROUP
 from jetstream_operator.api.crdgen import crd_for, validated_spec_schema
 from jetstream_operator.api.kinds import ALL_KINDS
 from jetstream_operator.api.status import LAST_HANDLED_FIELD
-from jetstream_operator.devenv.controlplane import ControlPlane
 from jetstream_operator.handlers.results import Result
 from jetstream_operator.handlers.status_writes import status_changes
-from jetstream_operator.k8s.crds import apply_crds, install_api
 from jetstream_operator.reconcile.conditions import Outcome
 from jetstream_operator.reconcile.consumer_plan import consumer_live_state
 from jetstream_operator.reconcile.live_state import stream_live_state

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from jetstream_operator.devenv.containers import Docker, EngineUnavailable
-from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.gobuild import NODE_TOOLS, ensure_tools
-from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
-from jetstream_operator.devenv.processes import tail
+from jetstream_devtools.containers import Docker, EngineUnavailable
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.gobuild import NODE_TOOLS, ensure_tools
+from jetstream_devtools.natsserver import NatsCluster, NatsServer
+from jetstream_devtools.processes import tail
 from tests.support.targets import (
     LOCAL_ONLY_REASON,
     ExistingCluster,

@@ -30,10 +30,16 @@ def quiet_bookkeeping(record: logging.LogRecord) -> bool:
 
 
 HIDDEN_CLIENT = "kubernetes"
-"""The `kubernetes` client, installed for the export and dev commands: kopf imports it whenever it
-is installed (to recognise its model classes and to log in through it), which cost the operator
-about a third of its start-up RSS (92-96 -> 61 MiB) for nothing: the operator logs in and makes
-its requests itself (k8s/login.py, k8s/throttle.py, k8s/client.py)."""
+"""The `kubernetes` client, which the operator does not depend on but a checkout installs for the
+dev tools and tests: kopf imports it whenever it is installed (to recognise its model classes and
+to log in through it), which cost the operator about a third of its start-up RSS (92-96 -> 61 MiB)
+for nothing: the operator logs in and makes its requests itself (k8s/login.py, k8s/throttle.py,
+k8s/client.py). Hidden as a guard for wherever it is installed."""
+
+DEVTOOLS_MISSING = (
+    "jetstream-operator dev needs the jetstream-devtools package: "
+    "pip install -e ./devtools from a checkout"
+)
 
 
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -129,13 +135,21 @@ def _crds(args: argparse.Namespace) -> int:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from .devenv import environment
+    # The one import of the dev tools (and, through them, the `kubernetes` client) from the
+    # operator's package: lazy, so neither is needed to run or export.
+    try:
+        from jetstream_devtools import environment
+    except ModuleNotFoundError as missing:
+        if missing.name != "jetstream_devtools":
+            raise
+        print(DEVTOOLS_MISSING, file=sys.stderr)
+        return 2
 
     state_dir = Path(args.state_dir)
     if args.action == "up":
         from kubernetes import config
 
-        from .k8s.crds import install_api
+        from jetstream_devtools.crds import install_api
 
         context = Path(args.image_context) if args.node else None
         state = environment.up(state_dir, with_cluster=args.cluster, node_image_context=context)

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from jetstream_operator.devenv import argocd as argocd_env
-from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import install_api
+from jetstream_devtools import argocd as argocd_env
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.crds import install_api
+from jetstream_devtools.operator_process import OperatorProcess
 from tests.conftest import TARGET
 from tests.delivery.helpers import CHART, ROOT, new_client, operator_running
 from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name)

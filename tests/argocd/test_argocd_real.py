@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.argocd import ArgoCD
+from jetstream_devtools.argocd import ArgoCD
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.delivery.helpers import CRDS, policy_paths, spec_schema
 from tests.integration.helpers import Resources, eventually, json_body

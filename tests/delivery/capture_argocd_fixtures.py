@@ -21,10 +21,10 @@ import nats
 import yaml
 from kubernetes import client
 
-from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import install_api
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.crds import install_api
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.operator_process import OperatorProcess
 
 from .helpers import GROUP, new_client
 

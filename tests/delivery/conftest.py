@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from jetstream_operator.devenv.gobuild import ensure_tools
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import wait_established
+from jetstream_devtools.crds import wait_established
+from jetstream_devtools.gobuild import ensure_tools
+from jetstream_devtools.operator_process import OperatorProcess
 from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name)
     SESSION_OPERATOR_ENV,
     namespace,

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 import yaml
 from kubernetes import client
 
+from jetstream_devtools.operator_process import OperatorProcess
+from jetstream_devtools.paths import KUBERNETES_VERSION
 from jetstream_operator.api.crdgen import POLICY_SUFFIX
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.devenv.paths import KUBERNETES_VERSION
 from tests.integration.conftest import SESSION_OPERATOR_ENV, operator_variant
 from tests.integration.helpers import new_client as new_client
 from tests.integration.helpers import present

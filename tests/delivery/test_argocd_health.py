@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from jetstream_operator.devenv.argocd import argocd_binary
-from jetstream_operator.devenv.argocd import built as argocd_built
+from jetstream_devtools.argocd import argocd_binary
+from jetstream_devtools.argocd import built as argocd_built
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 
 from .helpers import CRDS, GROUP, ROOT, crd_paths, run
@@ -166,7 +166,7 @@ def test_argocd_itself_agrees_with_lupa_on_every_fixture() -> None:
     check Argo CD documents for custom health scripts: gopher-lua, not only lupa's Lua 5.1."""
     if not argocd_built():
         pytest.skip(
-            "Argo CD is not built: `python -m jetstream_operator.devenv.argocd build` (the "
+            "Argo CD is not built: `python -m jetstream_devtools.argocd build` (the "
             "tests/argocd suite builds it before its tests when it is collected)"
         )
     fixtures = sorted(FIXTURES.glob("*.yaml"))

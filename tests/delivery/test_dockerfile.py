@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from jetstream_operator.devenv.containers import Docker
+from jetstream_devtools.containers import Docker
 
 from .helpers import ROOT, run
 

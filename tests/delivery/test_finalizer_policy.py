@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kopf._cogs.structs.references import NamespaceName, match_namespace
 
+from jetstream_devtools import admission
 from jetstream_operator.api.crdgen import all_crds
-from jetstream_operator.devenv import admission
 from jetstream_operator.main import FINALIZER
 from jetstream_operator.settings import OperatorSettings
 

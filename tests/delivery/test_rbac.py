@@ -15,7 +15,7 @@ from kopf._cogs.clients.errors import APIForbiddenError
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.k8s.client import ApiError
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.integration.helpers import Resources, eventually, is_ready
@@ -397,7 +397,7 @@ def test_users_bound_to_view_read_and_to_edit_manage_our_kinds(
         pytest.skip(
             "the built-in `view` ClusterRole has no rules: kube-controller-manager's "
             "clusterrole-aggregation-controller, which fills view/edit/admin, does not run in "
-            "this control plane (devenv/controlplane.py DEFAULT_CONTROLLERS)"
+            "this control plane (jetstream_devtools/controlplane.py DEFAULT_CONTROLLERS)"
         )
     prefix = cluster_release.fullname
     roles = {

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from jetstream_operator.devenv.containers import Docker
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.node import NODE_ADDRESS, Node
+from jetstream_devtools.containers import Docker
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.node import NODE_ADDRESS, Node
 from tests.conftest import register_logs
 
 

@@ -23,11 +23,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from jetstream_devtools.containers import Docker
+from jetstream_devtools.gobuild import ensure_tools
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.node import Node, ctr
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.devenv.containers import Docker
-from jetstream_operator.devenv.gobuild import ensure_tools
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.node import Node, ctr
 from tests.delivery.helpers import CHART, Helm, new_client, spec_schema
 from tests.e2e_image.test_image_in_cluster import consumer_exists, stream_exists
 from tests.integration.helpers import json_body, name_of, present

@@ -20,10 +20,10 @@ import nats
 import pytest
 from kubernetes import client
 
+from jetstream_devtools.gobuild import ensure_tools
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.node import Node
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.devenv.gobuild import ensure_tools
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.node import Node
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.conftest import TEST_IMAGE
 from tests.delivery.helpers import CHART, Helm, new_client

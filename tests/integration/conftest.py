@@ -13,9 +13,9 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import install_api
+from jetstream_devtools.crds import install_api
+from jetstream_devtools.natsserver import NatsCluster, NatsServer
+from jetstream_devtools.operator_process import OperatorProcess
 from tests.conftest import TARGET
 from tests.support.targets import ExistingNats
 

@@ -14,8 +14,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from jetstream_devtools.figures import apiserver_writes as served_writes
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.devenv.figures import apiserver_writes as served_writes
 
 from .helpers import json_body
 

@@ -12,15 +12,15 @@ from typing import Any, Protocol, TypeVar, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from jetstream_operator import GROUP, VERSION
-from jetstream_operator.api.crdgen import all_policies, policy_for
-from jetstream_operator.api.kinds import STREAM, ResourceKind
-from jetstream_operator.k8s.crds import (
+from jetstream_devtools.crds import (
     BINDING_KIND,
     apply_policies,
     stream_policy_in_effect,
     wait_policies_in_effect,
 )
+from jetstream_operator import GROUP, VERSION
+from jetstream_operator.api.crdgen import all_policies, policy_for
+from jetstream_operator.api.kinds import STREAM, ResourceKind
 
 T = TypeVar("T")
 

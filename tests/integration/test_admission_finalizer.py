@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.devenv import admission
-from jetstream_operator.devenv.gobuild import ensure_tools
+from jetstream_devtools import admission
+from jetstream_devtools.gobuild import ensure_tools
 from jetstream_operator.main import FINALIZER
 from jetstream_operator.nats.jsapi import JetStreamApi
 

@@ -16,16 +16,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
-from jetstream_operator import GROUP, VERSION
-from jetstream_operator.api.crdgen import all_policies, policy_for
-from jetstream_operator.api.kinds import CONSUMER, STREAM
-from jetstream_operator.api.policygen import RULES, admission_policy
-from jetstream_operator.k8s.crds import (
+from jetstream_devtools.crds import (
     REFUSED_STREAM_SPEC,
     apply_policies,
     stream_policy_in_effect,
     wait_policies_in_effect,
 )
+from jetstream_operator import GROUP, VERSION
+from jetstream_operator.api.crdgen import all_policies, policy_for
+from jetstream_operator.api.kinds import CONSUMER, STREAM
+from jetstream_operator.api.policygen import RULES, admission_policy
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .helpers import (

@@ -11,7 +11,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_devtools.natsserver import NatsServer
 from jetstream_operator.metrics import REGISTRY
 from jetstream_operator.nats.advisories import subscribe_changes
 from jetstream_operator.nats.jsapi import JetStreamApi

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from jetstream_operator.devenv.containers import Docker
-from jetstream_operator.devenv.node import NODE_ADDRESS, NODE_NAME, POD_BRIDGE, ctr
-from jetstream_operator.devenv.processes import ProcessRecord
+from jetstream_devtools.containers import Docker
+from jetstream_devtools.node import NODE_ADDRESS, NODE_NAME, POD_BRIDGE, ctr
+from jetstream_devtools.processes import ProcessRecord
 
 from .helpers import new_client, present
 

@@ -14,8 +14,8 @@ import nats
 import pytest
 from kubernetes import client
 
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant

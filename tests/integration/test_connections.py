@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from nats.aio.client import RawCredentials
 
-from jetstream_operator.devenv import pki
-from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_devtools import pki
+from jetstream_devtools.natsserver import NatsServer
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.natsauth import OperatorMode, new_identity, operator_mode
 

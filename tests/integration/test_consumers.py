@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.handlers import consumer as consumer_handlers
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import Owner

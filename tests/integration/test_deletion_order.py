@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .helpers import Resources, condition, event_posted, eventually, is_ready, present

@@ -16,11 +16,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from jetstream_operator.devenv import environment, pki
-from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.natsserver import NatsCluster, NatsServer
-from jetstream_operator.devenv.paths import KUBERNETES_VERSION
-from jetstream_operator.devenv.processes import http_get
+from jetstream_devtools import environment, pki
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.natsserver import NatsCluster, NatsServer
+from jetstream_devtools.paths import KUBERNETES_VERSION
+from jetstream_devtools.processes import http_get
 
 from .helpers import new_client, present
 
@@ -247,7 +247,7 @@ def test_environment_up_is_detached_idempotent_and_down_stops_everything(tmp_pat
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; "
-            "from jetstream_operator.devenv import environment; "
+            "from jetstream_devtools import environment; "
             "environment.up(Path(sys.argv[1]))",
             str(state_dir),
         ],

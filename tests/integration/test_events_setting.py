@@ -10,7 +10,7 @@ import nats
 import pytest
 from kubernetes import client
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant

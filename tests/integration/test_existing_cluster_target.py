@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from jetstream_operator.devenv.controlplane import ControlPlane
-from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_devtools.controlplane import ControlPlane
+from jetstream_devtools.natsserver import NatsServer
 from tests.support.targets import KUBECONFIG_VARIABLE, LOCAL_ONLY_REASON, NATS_URL_VARIABLE
 
 from .helpers import name_of, new_client

@@ -20,7 +20,7 @@ from kubernetes import client
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, ObjectStoreConfig, RePublish, StorageType
 
-from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_devtools.natsserver import NatsServer
 from jetstream_operator.export.nack import convert_documents
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY

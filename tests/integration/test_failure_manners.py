@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant

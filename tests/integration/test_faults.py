@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamUnavailable
 
 from .helpers import Resources, eventually, is_ready, json_body, stream_manifest

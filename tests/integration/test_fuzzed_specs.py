@@ -33,8 +33,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import POLICY_KIND
+from jetstream_devtools.crds import POLICY_KIND
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .helpers import Resources, condition, policies_out_of_effect

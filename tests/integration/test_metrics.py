@@ -10,9 +10,9 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.devenv import figures
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.devenv.paths import free_port
+from jetstream_devtools import figures
+from jetstream_devtools.operator_process import OperatorProcess
+from jetstream_devtools.paths import free_port
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant

@@ -12,7 +12,7 @@ import contextlib
 import pytest
 from kubernetes import client
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.operator_process import OperatorProcess
 from tests.conftest import TARGET
 
 from .conftest import operator_variant

@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import apply_crds
+from jetstream_devtools.crds import apply_crds
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.k8s.peering import CLUSTER_PEERINGS, PEERING_GROUP, peering_crds
 from jetstream_operator.nats.jsapi import JetStreamApi
 

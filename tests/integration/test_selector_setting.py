@@ -16,10 +16,10 @@ import yaml
 from kubernetes import client
 from nats.aio.client import Client
 
+from jetstream_devtools.gobuild import ensure_tools
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP
-from jetstream_operator.devenv.gobuild import ensure_tools
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.delivery.helpers import Helm, one
 from tests.support.targets import ExistingNats

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .helpers import Resources, condition, eventually, is_ready, stream_manifest

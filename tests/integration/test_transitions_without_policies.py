@@ -32,6 +32,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
+from jetstream_devtools.crds import POLICY_KIND
+from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import validated_spec_schema
 from jetstream_operator.api.kinds import (
@@ -43,8 +45,6 @@ from jetstream_operator.api.kinds import (
     ResourceKind,
 )
 from jetstream_operator.api.policygen import is_transition, rules_by_path
-from jetstream_operator.devenv.operator_process import OperatorProcess
-from jetstream_operator.k8s.crds import POLICY_KIND
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .conftest import operator_variant

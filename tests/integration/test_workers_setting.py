@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jetstream_operator.devenv.operator_process import OperatorProcess
+from jetstream_devtools.operator_process import OperatorProcess
 
 from .conftest import operator_variant
 from .figures import apiserver_writes, difference, writes_once_quiet

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_devtools.natsserver import NatsServer
 
 from .helpers import create_stream, delete_messages, publish, stored_messages, unique
 

@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jetstream_operator.devenv.paths import LOOPBACK, free_port
-from jetstream_operator.devenv.processes import http_get
+from jetstream_devtools.paths import LOOPBACK, free_port
+from jetstream_devtools.processes import http_get
 from jetstream_spark import ReadOptions, message_schema
 from jetstream_spark._sync import iterate
 from jetstream_spark.fetch import read_range

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
-from jetstream_operator.devenv.natsserver import NatsServer
+from jetstream_devtools.natsserver import NatsServer
 from jetstream_spark import DataLossError, JetStreamDataSource, PublishError, ReadOptions
 from jetstream_spark._sync import iterate
 from jetstream_spark.fetch import read_range

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jetstream_operator.devenv.natsserver import NatsServer
-from jetstream_operator.devenv.pki import create_ca, issue_cert, issue_serving_cert
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.pki import create_ca, issue_cert, issue_serving_cert
 from jetstream_spark import ReadOptions, message_schema
 from jetstream_spark._sync import iterate
 from jetstream_spark.fetch import read_range

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from jetstream_operator.devenv.pki import create_ca, issue_cert
+from jetstream_devtools.pki import create_ca, issue_cert
 from jetstream_spark import JetStreamOptionError, ReadOptions, WriteOptions, message_schema
 from jetstream_spark._nats_fast import FastClient
 from jetstream_spark.client import StreamInfo

@@ -1,6 +1,6 @@
 """/metrics as the benchmark and the tests read it: one parser, and the figures built on it."""
 
-from jetstream_operator.devenv.figures import (
+from jetstream_devtools.figures import (
     count_writes,
     counts_by_labels,
     parse_flow_control_waits,

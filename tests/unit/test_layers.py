@@ -101,3 +101,27 @@ def test_the_operator_process_never_imports_the_kubernetes_client() -> None:
     )
     finished = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr
+
+
+def test_the_runtime_package_imports_neither_the_kubernetes_client_nor_the_dev_tools() -> None:
+    """Neither is a dependency of the operator's package or image (issue #55), so no import of
+    them anywhere in it, at module level or in a function. The one exception: `cli._dev` imports
+    both when `jetstream-operator dev` runs, which needs the jetstream-devtools package."""
+    for path in (SOURCE / "jetstream_operator").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        in_dev = {
+            id(node)
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef) and function.name == "_dev"
+            for node in ast.walk(function)
+            if path.name == "cli.py"
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = {node.module}
+            else:
+                continue
+            bad = {n for n in names if n.split(".")[0] in ("kubernetes", "jetstream_devtools")}
+            assert not bad or id(node) in in_dev, f"{path.relative_to(SOURCE)}:{node.lineno}: {bad}"

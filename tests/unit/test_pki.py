@@ -13,7 +13,7 @@ from cryptography.x509 import DNSName, IPAddress
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from jetstream_operator.devenv import pki
+from jetstream_devtools import pki
 
 
 def test_issued_certs_chain_to_the_ca() -> None:

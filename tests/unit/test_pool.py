@@ -2,7 +2,7 @@
 
 import pytest
 
-from jetstream_operator.devenv.paths import free_port
+from jetstream_devtools.paths import free_port
 from jetstream_operator.nats.pool import ConnectFailure, ConnectionPool, ConnectionTarget
 
 

@@ -15,6 +15,7 @@ from .. import GROUP, VERSION
 from ..api.connection import NatsConnectionSpec
 from ..handlers.connection_check import resolve
 from ..k8s.client import KubeApi, Login
+from ..k8s.login import credentials
 from ..k8s.secrets import SecretReader
 from ..nats.jsapi import JetStreamApi
 from ..nats.pool import ConnectionPool, ConnectionTarget
@@ -32,13 +33,12 @@ def target_from_settings(server: str | None) -> ConnectionTarget:
 
 def client_login() -> kopf.ConnectionInfo:
     """Credentials as the `kubernetes` client finds them (in-cluster, else the kubeconfig with
-    its exec and auth-provider plugins), as `kubectl` users expect of a command."""
-    info = kopf.login_via_client(
-        logger=logging.getLogger(__name__), settings=kopf.OperatorSettings()
-    )
-    if info is None:
-        raise kopf.LoginError("the kubernetes client library is not installed")
-    return info
+    its exec and auth-provider plugins), as `kubectl` users expect of a command. The client is
+    not a dependency (the `kubeconfig` extra brings it); without it, the operator's own login:
+    a pod's service account, else the kubeconfig's tokens and certificates."""
+    settings = kopf.OperatorSettings()
+    info = kopf.login_via_client(logger=logging.getLogger(__name__), settings=settings)
+    return info if info is not None else credentials(settings)
 
 
 async def target_from_resource(

@@ -198,7 +198,7 @@ def _needs_mod_mode(output: str) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Build every tool (or the named ones) and print their paths, one per line."""
     parser = argparse.ArgumentParser(
-        prog="python -m jetstream_operator.devenv.gobuild", description=__doc__
+        prog="python -m jetstream_devtools.gobuild", description=__doc__
     )
     parser.add_argument("tools", nargs="*", default=list(ALL_TOOLS), help="tools to build")
     parser.add_argument(

@@ -10,8 +10,8 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ..api.crdgen import all_crds, all_policies
-from ..api.kinds import STREAM
+from jetstream_operator.api.crdgen import all_crds, all_policies
+from jetstream_operator.api.kinds import STREAM
 
 POLICY_KIND = "ValidatingAdmissionPolicy"
 BINDING_KIND = "ValidatingAdmissionPolicyBinding"

@@ -310,7 +310,7 @@ def _lock(name: str) -> AbstractContextManager[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Set up the engine and base image, and build the image if asked (`make image`)."""
     parser = argparse.ArgumentParser(
-        prog="python -m jetstream_operator.devenv.containers", description=__doc__
+        prog="python -m jetstream_devtools.containers", description=__doc__
     )
     parser.add_argument("--build", metavar="TAG", help="also build the project's image as TAG")
     parser.add_argument("--context", default=".", help="the build context (the repository)")

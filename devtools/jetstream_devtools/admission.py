@@ -18,10 +18,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import GROUP, VERSION
+from jetstream_operator import GROUP, VERSION
+
 from .paths import KUBERNETES_VERSION
 
-CHART = Path(__file__).resolve().parents[3] / "charts" / "jetstream-operator"
+CHART = Path(__file__).resolve().parents[2] / "charts" / "jetstream-operator"
 POLICY_TEMPLATE = "templates/finalizer-policy.yaml"
 SERVED_POLICY_API = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
 FINALIZER = f"{GROUP}/finalizer"

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from ..k8s.crds import wait_established
+from .crds import wait_established
 from .gobuild import _build_lock, ensure_tools
 from .paths import LOOPBACK, cache_root
 from .processes import ManagedProcess
@@ -267,7 +267,7 @@ class ArgoCD:
         netns = f"/proc/{self._netns.pid}/ns/net"
         relay = self._spawn(
             "argocd-apiserver-relay",
-            [sys.executable, "-m", "jetstream_operator.devenv.argocd", "relay", netns, str(port)],
+            [sys.executable, "-m", "jetstream_devtools.argocd", "relay", netns, str(port)],
             inside=False,
         )
         relay.wait_until(lambda: "forwarding" in relay.tail(5), 30, "the relay listening")
@@ -445,9 +445,9 @@ class ArgoCD:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m jetstream_operator.devenv.argocd build`: build Argo CD into the cache."""
+    """`python -m jetstream_devtools.argocd build`: build Argo CD into the cache."""
     parser = argparse.ArgumentParser(
-        prog="python -m jetstream_operator.devenv.argocd", description=__doc__
+        prog="python -m jetstream_devtools.argocd", description=__doc__
     )
     parser.add_argument("command", choices=["build", "relay"], help="build Argo CD; or relay")
     parser.add_argument("args", nargs="*", help="relay: NETNS PORT...")
