@@ -9,14 +9,15 @@ CLI := $(VENV)/bin/jetstream-operator
 STAMP := $(VENV)/.installed-stamp
 DEV_DIR ?= .dev
 
-.PHONY: help venv tools run down status test unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock e2e-node
+.PHONY: help venv tools run down status test test-systems unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock e2e-node
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
 	@echo "make test   lint, unit and integration tests against real kube-apiserver and nats-server"
+	@echo "make test-systems  the image on a real kubelet node, Argo CD and a Spark cluster (CI runs both)"
 	@echo "make down   stop the local environment started by make run"
 	@echo "make crds   regenerate crds/ from the models"
-	@echo "make e2e-node  only the image and one-node cluster tests (make test runs them too; needs root)"
+	@echo "make e2e-node  only the image and one-node cluster tests (part of make test-systems; needs root)"
 	@echo "make image  build the image with a Docker this sets up (apt-get, dockerd, a debootstrap base)"
 	@echo "make image-lock  re-pin image-requirements.txt (every package of the image) with pip-compile"
 	@echo "make chaos  the fault suite at full size"
@@ -55,8 +56,18 @@ down: venv
 status: venv
 	$(CLI) dev status --state-dir $(DEV_DIR)
 
+# The suites against whole real systems, each minutes long: the image built and run on a
+# kubelet node the tests start, Argo CD syncing the chart, a standalone Spark cluster. `make test`
+# runs everything else; .ci/run runs both. Each prints its slowest tests.
+SYSTEM_TESTS := tests/delivery/test_dockerfile.py tests/e2e_image tests/integration/test_cli_dev.py \
+  tests/argocd tests/spark/test_cluster.py
+SLOWEST := --durations=20
+
 test: lint tools
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest $(SLOWEST) tests $(addprefix --ignore=,$(SYSTEM_TESTS))
+
+test-systems: tools
+	$(VENV)/bin/pytest $(SLOWEST) -rs $(SYSTEM_TESTS)
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit
