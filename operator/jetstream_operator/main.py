@@ -14,7 +14,7 @@ from .k8s.login import credentials, limited_session
 from .k8s.selection import LabelSelection
 from .marks import FINALIZER
 from .passes import connection, consumer, stream_backed
-from .passes.envelope import kopf_arguments
+from .passes.envelope import KopfCall
 from .reconcile.backed import STREAM_BACKED, StreamBackedKind
 from .services import SharedMemo
 from .settings import OperatorSettings
@@ -68,13 +68,13 @@ def _serve_stream_backed(kind: StreamBackedKind) -> StreamBackedHandlers:
     async def reconcile(
         spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: SharedMemo, **kwargs: Any
     ) -> None:
-        await stream_backed.reconcile(kind, spec, meta, status, memo, kopf_arguments(kwargs))
+        await stream_backed.reconcile(kind, KopfCall.of(spec, meta, status, memo, kwargs))
 
     @kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)
     async def finalize(
         spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: SharedMemo, **kwargs: Any
     ) -> None:
-        await stream_backed.finalize(kind, spec, meta, status, memo, kopf_arguments(kwargs))
+        await stream_backed.finalize(kind, KopfCall.of(spec, meta, status, memo, kwargs))
 
     return StreamBackedHandlers(reconcile, finalize)
 
@@ -89,14 +89,14 @@ STREAM_BACKED_HANDLERS = {kind.resource.kind: _serve_stream_backed(kind) for kin
 async def reconcile_consumer(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: SharedMemo, **kwargs: Any
 ) -> None:
-    await consumer.reconcile(spec, meta, status, memo, kopf_arguments(kwargs))
+    await consumer.reconcile(KopfCall.of(spec, meta, status, memo, kwargs))
 
 
 @kopf.on.delete(GROUP, VERSION, CONSUMER.plural, id=HANDLER_FINALIZE)
 async def finalize_consumer(
     spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: SharedMemo, **kwargs: Any
 ) -> None:
-    await consumer.finalize(spec, meta, status, memo, kopf_arguments(kwargs))
+    await consumer.finalize(KopfCall.of(spec, meta, status, memo, kwargs))
 
 
 def serve_events(by_workers: bool) -> None:

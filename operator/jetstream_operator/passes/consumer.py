@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 import kopf
 
@@ -28,7 +27,7 @@ from ..reconcile.ownership import Owner
 from ..reconcile.renames import managed_stream
 from ..services import SharedMemo
 from ..settings import OperatorSettings
-from .envelope import MADE, run_pass
+from .envelope import MADE, KopfCall, run_pass
 
 logger = logging.getLogger(__name__)
 
@@ -134,13 +133,10 @@ async def recount_stream(
 
 
 async def reconcile(
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: SharedMemo,
-    kopf_kwargs: Mapping[str, Any],
+    call: KopfCall,
 ) -> None:
     """Create or update the consumer, once its stream is there."""
+    spec, meta, status, memo = call.spec, call.meta, call.status, call.memo
     connection = spec_connection_key(str(meta.get("namespace", "")), spec)
     arrivals = memo.arrivals
 
@@ -186,27 +182,14 @@ async def reconcile(
             await recount_stream(memo, owner, spec, stream, jetstream)
         return result
 
-    await run_pass(
-        CONSUMER,
-        memo.consumers,
-        work,
-        deleting=False,
-        spec=spec,
-        meta=meta,
-        status=status,
-        memo=memo,
-        kopf_kwargs=kopf_kwargs,
-    )
+    await run_pass(CONSUMER, memo.consumers, work, call, deleting=False)
 
 
 async def finalize(
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: SharedMemo,
-    kopf_kwargs: Mapping[str, Any],
+    call: KopfCall,
 ) -> None:
     """Delete the consumer where it was made."""
+    spec, status, memo = call.spec, call.status, call.memo
 
     async def work(
         jetstream: JetStreamApi, owner: Owner, settings: OperatorSettings, history: History
@@ -227,14 +210,4 @@ async def finalize(
             read_only=settings.read_only,
         )
 
-    await run_pass(
-        CONSUMER,
-        memo.consumers,
-        work,
-        deleting=True,
-        spec=spec,
-        meta=meta,
-        status=status,
-        memo=memo,
-        kopf_kwargs=kopf_kwargs,
-    )
+    await run_pass(CONSUMER, memo.consumers, work, call, deleting=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -46,12 +47,40 @@ RETRY_FALLBACK = 5.0
 """Seconds before kopf retries a deletion whose pass set no delay of its own."""
 
 
-KOPF_ARGUMENTS = ("body", "patch", "namespace", "name", "reason")
-"""The keyword arguments of kopf's that `run_pass` reads, out of all those kopf passes."""
+@dataclass(frozen=True)
+class KopfCall:
+    """What kopf handed a resource's handler, as one value for the pass to take."""
 
+    spec: kopf.Spec
+    meta: kopf.Meta
+    status: kopf.Status
+    memo: SharedMemo
+    body: kopf.Body
+    patch: kopf.Patch
+    namespace: str
+    name: str
+    reason: str
 
-def kopf_arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: kwargs[key] for key in KOPF_ARGUMENTS}
+    @classmethod
+    def of(
+        cls,
+        spec: kopf.Spec,
+        meta: kopf.Meta,
+        status: kopf.Status,
+        memo: SharedMemo,
+        kwargs: Mapping[str, Any],
+    ) -> KopfCall:
+        return cls(
+            spec,
+            meta,
+            status,
+            memo,
+            kwargs["body"],
+            kwargs["patch"],
+            kwargs["namespace"] or "",
+            kwargs["name"] or "",
+            kwargs["reason"],
+        )
 
 
 def owner_of(meta: kopf.Meta, namespace: str | None, name: str | None) -> Owner:
@@ -76,20 +105,16 @@ async def run_pass(
     kind: ResourceKind,
     registry: ResourceRegistry,
     work: Work,
+    call: KopfCall,
     *,
     deleting: bool,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: SharedMemo,
-    kopf_kwargs: Mapping[str, Any],
 ) -> None:
-    """One pass of a Stream-like resource or a Consumer, as kopf triggers it (`kopf_kwargs`:
-    the rest of the keyword arguments kopf gave the handler)."""
+    """One pass of a Stream-like resource or a Consumer, as kopf triggers it."""
+    spec, meta, status, memo = call.spec, call.meta, call.status, call.memo
     started = time.perf_counter()
     settings = memo.settings
-    owner = owner_of(meta, kopf_kwargs["namespace"], kopf_kwargs["name"])
-    if kopf_kwargs["reason"] == kopf.Reason.RESUME and not deleting:
+    owner = owner_of(meta, call.namespace, call.name)
+    if call.reason == kopf.Reason.RESUME and not deleting:
         if ready_as_is(status, meta.get("generation")):
             return  # drift repair's first listing checks it, at a page per 256 resources
         await asyncio.sleep(memo.resume_pace.wait())
@@ -129,8 +154,8 @@ async def run_pass(
         result,
         kind=kind.kind,
         started=started,
-        body=kopf_kwargs["body"],
-        patch=kopf_kwargs["patch"],
+        body=call.body,
+        patch=call.patch,
         status=status,
         generation=meta.get("generation"),
         deleting=deleting,

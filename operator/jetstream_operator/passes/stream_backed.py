@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from ..handlers import consumer as consumer_handlers
 from ..handlers import stream as stream_handlers
 from ..handlers.failures import History
@@ -16,9 +14,8 @@ from ..handlers.results import Result
 from ..nats.jsapi import JetStreamApi
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.ownership import Owner
-from ..services import SharedMemo
 from ..settings import OperatorSettings
-from .envelope import run_pass
+from .envelope import KopfCall, run_pass
 
 GATHER_TIMEOUT = 5.0
 """How long a new stream's handler waits for the consumers applied with it before it writes
@@ -38,13 +35,10 @@ streams queued behind the waiting stream handlers, so those stop waiting."""
 
 async def reconcile(
     kind: StreamBackedKind,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: SharedMemo,
-    kopf_kwargs: Mapping[str, Any],
+    call: KopfCall,
 ) -> None:
     """Create or update the stream, purge it when asked, and tell the consumers waiting for it."""
+    spec, meta, status, memo = call.spec, call.meta, call.status, call.memo
     arrivals = memo.arrivals
     connection = spec_connection_key(str(meta.get("namespace", "")), spec)
     made: list[str] = []
@@ -100,17 +94,7 @@ async def reconcile(
         return result
 
     try:
-        await run_pass(
-            kind.resource,
-            memo.backed[kind.resource.kind],
-            work,
-            deleting=False,
-            spec=spec,
-            meta=meta,
-            status=status,
-            memo=memo,
-            kopf_kwargs=kopf_kwargs,
-        )
+        await run_pass(kind.resource, memo.backed[kind.resource.kind], work, call, deleting=False)
     finally:
         declared = kind.stream_name(spec)
         if declared and declared not in made and not status.get("conditions"):
@@ -121,13 +105,10 @@ async def reconcile(
 
 async def finalize(
     kind: StreamBackedKind,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: SharedMemo,
-    kopf_kwargs: Mapping[str, Any],
+    call: KopfCall,
 ) -> None:
     """Delete the stream (or keep it, as the deletion policy says)."""
+    spec, memo = call.spec, call.memo
     declared = kind.stream_name(spec)
     if declared:
         memo.arrivals.forget(declared)  # its creation no longer tells a new consumer to look
@@ -139,14 +120,4 @@ async def finalize(
             kind, spec, owner, jetstream, status=history.status, read_only=settings.read_only
         )
 
-    await run_pass(
-        kind.resource,
-        memo.backed[kind.resource.kind],
-        work,
-        deleting=True,
-        spec=spec,
-        meta=meta,
-        status=status,
-        memo=memo,
-        kopf_kwargs=kopf_kwargs,
-    )
+    await run_pass(kind.resource, memo.backed[kind.resource.kind], work, call, deleting=True)
