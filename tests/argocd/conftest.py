@@ -21,16 +21,16 @@ from kubernetes import client
 
 from jetstream_devtools import argocd as argocd_env
 from jetstream_devtools.controlplane import ControlPlane
-from jetstream_devtools.crds import install_api
 from jetstream_devtools.operator_process import OperatorProcess
 from tests.conftest import TARGET
-from tests.delivery.helpers import CHART, ROOT, new_client, operator_running
+from tests.delivery.helpers import CHART, ROOT
 from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name)
     namespace,
     nc,
     resources,
 )
 from tests.integration.helpers import json_body
+from tests.support.operator import admin_client, operator_running
 
 ARGOCD_CM_PATCH = ROOT / "docs" / "argocd" / "argocd-cm.yaml"
 HERE = Path(__file__).parent
@@ -51,9 +51,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="package")
 def api_client(kubeconfig: Path) -> client.ApiClient:
-    api = new_client(kubeconfig)
-    install_api(api)
-    return api
+    return admin_client(kubeconfig)
 
 
 @pytest.fixture(scope="package")

@@ -24,11 +24,11 @@ from jetstream_devtools.crds import wait_established
 from jetstream_devtools.gobuild import ensure_tools
 from jetstream_devtools.operator_process import OperatorProcess
 from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name)
-    SESSION_OPERATOR_ENV,
     namespace,
     nc,
     resources,
 )
+from tests.support.operator import operator_running
 
 from .helpers import CHART, CHART_CRDS, Helm, NatsTarget, crd_paths, new_client, run
 
@@ -108,12 +108,8 @@ def operator_process(
     """The operator as a process (as in the integration suite), stopped with this package."""
     log_file = tmp_path_factory.mktemp("delivery-operator") / "operator.log"
     process_logs["operator (delivery)"] = log_file
-    process = OperatorProcess(kubeconfig, nats_server.url, log_file, extra_env=SESSION_OPERATOR_ENV)
-    process.start()
-    try:
+    with operator_running(kubeconfig, nats_server.url, log_file) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def upgrade_release(

@@ -18,9 +18,10 @@ from kubernetes import client
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_devtools.paths import KUBERNETES_VERSION
 from jetstream_operator.api.crdgen import POLICY_SUFFIX
-from tests.integration.conftest import SESSION_OPERATOR_ENV, operator_variant
-from tests.integration.helpers import new_client as new_client
 from tests.integration.helpers import present
+from tests.support.operator import new_client as new_client
+from tests.support.operator import operator_running as operator_running
+from tests.support.operator import operator_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "jetstream-operator"
@@ -288,15 +289,3 @@ def can_i(
     answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
     assert answer.status is not None
     return bool(answer.status.allowed)
-
-
-@contextlib.contextmanager
-def operator_running(kubeconfig: Path, nats_url: str, log_file: Path) -> Iterator[OperatorProcess]:
-    """The operator from the checkout with the integration suite's quick settings, stopped on
-    exit: for fixtures that must not share the integration suite's session-wide operator."""
-    process = OperatorProcess(kubeconfig, nats_url, log_file, extra_env=SESSION_OPERATOR_ENV)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()

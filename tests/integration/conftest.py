@@ -13,13 +13,13 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 
-from jetstream_devtools.crds import install_api
 from jetstream_devtools.natsserver import NatsCluster, NatsServer
 from jetstream_devtools.operator_process import OperatorProcess
 from tests.conftest import TARGET
+from tests.support.operator import admin_client, operator_running, operator_variant
 from tests.support.targets import ExistingNats
 
-from .helpers import Resources, new_client
+from .helpers import Resources
 
 _namespaces = itertools.count()
 CLUSTER_NAMESPACE_PREFIX = "cl"
@@ -28,9 +28,7 @@ CLUSTER_NAMESPACE_PREFIX = "cl"
 
 @pytest.fixture(scope="session")
 def api_client(kubeconfig: Path) -> client.ApiClient:
-    api = new_client(kubeconfig)
-    install_api(api)
-    return api
+    return admin_client(kubeconfig)
 
 
 @pytest.fixture(scope="session")
@@ -43,41 +41,8 @@ def operator_process(
 ) -> Iterator[OperatorProcess]:
     log_file = tmp_path_factory.mktemp("operator") / "operator.log"
     process_logs["operator"] = log_file
-    process = OperatorProcess(kubeconfig, nats_server.url, log_file, extra_env=SESSION_OPERATOR_ENV)
-    process.start()
-    try:
+    with operator_running(kubeconfig, nats_server.url, log_file) as process:
         yield process
-    finally:
-        process.stop()
-
-
-# Short resync and retry delays keep the tests quick; production defaults are slower.
-SESSION_OPERATOR_ENV = {
-    "JETSTREAM_OPERATOR_RESYNC_INTERVAL": "2",
-    "JETSTREAM_OPERATOR_CONSUMER_RESYNC_INTERVAL": "2",
-    "JETSTREAM_OPERATOR_RETRY_BASE_DELAY": "0.5",
-    "JETSTREAM_OPERATOR_RETRY_MAX_DELAY": "5",
-    # Live counters follow within a resync; the budget itself is tested with its defaults.
-    "JETSTREAM_OPERATOR_STATUS_INTERVAL": "1",
-}
-
-
-@contextlib.contextmanager
-def operator_variant(
-    process: OperatorProcess, nats_url: str | None = None, **env: str
-) -> Iterator[OperatorProcess]:
-    """Run the session's operator with other settings for one test, then restore it."""
-    original_url, original_env = process.nats_url, dict(process.extra_env)
-    process.stop()
-    process.nats_url = nats_url or original_url
-    process.extra_env = {**original_env, **env}
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        process.nats_url, process.extra_env = original_url, original_env
-        process.start()
 
 
 @pytest.fixture

@@ -6,10 +6,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from jetstream_devtools.crds import (
@@ -21,6 +20,7 @@ from jetstream_devtools.crds import (
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.crdgen import all_policies, policy_for
 from jetstream_operator.api.kinds import STREAM, ResourceKind
+from tests.support.operator import new_client as new_client
 
 T = TypeVar("T")
 
@@ -49,14 +49,6 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s; last: {last!r}")
         await asyncio.sleep(interval)
-
-
-def new_client(kubeconfig: Path | str) -> client.ApiClient:
-    """A client for one kubeconfig (kubernetes' own helper is untyped)."""
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-        str(kubeconfig)
-    )
-    return api
 
 
 def json_body(value: object) -> dict[str, Any]:

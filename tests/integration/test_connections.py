@@ -19,8 +19,8 @@ from jetstream_devtools import pki
 from jetstream_devtools.natsserver import NatsServer
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.natsauth import OperatorMode, new_identity, operator_mode
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .figures import ApiAudit
 from .helpers import Resources, condition, eventually, is_ready, json_body
 from .helpers import nats_connection as connection

@@ -21,8 +21,8 @@ from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.handlers import consumer as consumer_handlers
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import Owner
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .figures import ApiAudit, StatusChanges, apiserver_writes, difference, writes_once_quiet
 from .helpers import (
     DRIFT_REPAIRED_WITHIN,

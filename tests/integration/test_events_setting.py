@@ -12,8 +12,8 @@ from kubernetes import client
 
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .helpers import Resources, condition, eventually, is_ready
 
 pytestmark = [pytest.mark.integration]

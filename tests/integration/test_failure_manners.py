@@ -15,8 +15,8 @@ from nats.aio.client import Client
 from jetstream_devtools.natsserver import NatsServer
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .figures import ApiAudit, apiserver_writes, difference
 from .helpers import Resources, condition, eventually, is_ready, nats_connection, warnings
 

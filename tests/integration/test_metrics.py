@@ -14,8 +14,8 @@ from jetstream_devtools import figures
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_devtools.paths import free_port
 from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .helpers import Resources, eventually, is_ready, stream_manifest
 
 pytestmark = [pytest.mark.integration]

@@ -14,8 +14,8 @@ from kubernetes import client
 
 from jetstream_devtools.operator_process import OperatorProcess
 from tests.conftest import TARGET
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .helpers import Resources, eventually, is_ready
 
 pytestmark = [pytest.mark.integration]

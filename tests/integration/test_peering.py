@@ -14,8 +14,8 @@ from jetstream_devtools.crds import apply_crds
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator.k8s.peering import CLUSTER_PEERINGS, PEERING_GROUP, peering_crds
 from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.support.operator import SESSION_OPERATOR_ENV
 
-from .conftest import SESSION_OPERATOR_ENV
 from .helpers import Resources, eventually, is_ready
 
 pytestmark = [pytest.mark.integration]

@@ -22,9 +22,9 @@ from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.delivery.helpers import Helm, one
+from tests.support.operator import SESSION_OPERATOR_ENV, operator_variant
 from tests.support.targets import ExistingNats
 
-from .conftest import SESSION_OPERATOR_ENV, operator_variant
 from .helpers import Resources, condition, eventually, is_ready, nats_connection
 
 pytestmark = [pytest.mark.integration]

@@ -46,8 +46,8 @@ from jetstream_operator.api.kinds import (
 )
 from jetstream_operator.api.policygen import is_transition, rules_by_path
 from jetstream_operator.nats.jsapi import JetStreamApi
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .figures import ApiAudit, apiserver_writes, difference
 from .helpers import Resources, condition, fill, json_body, policies_out_of_effect, warnings
 

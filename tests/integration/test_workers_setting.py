@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from jetstream_devtools.operator_process import OperatorProcess
+from tests.support.operator import operator_variant
 
-from .conftest import operator_variant
 from .figures import apiserver_writes, difference, writes_once_quiet
 from .helpers import Resources, condition, eventually, is_ready, stream_manifest
 
