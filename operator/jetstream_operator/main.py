@@ -131,8 +131,25 @@ def serve_connections(manage: bool) -> None:
     plural = NATS_CONNECTION.plural
     kopf.on.event(GROUP, VERSION, plural, id="remember_connection")(connection.remember_connection)
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(GROUP, VERSION, plural, id=HANDLER_RECONCILE)(connection.reconcile_connection)
+        on(GROUP, VERSION, plural, id=HANDLER_RECONCILE)(reconcile_connection)
     kopf.daemon(GROUP, VERSION, plural, id="recheck", cancellation_timeout=5)(
         connection.recheck_connection
     )
-    kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)(connection.finalize_connection)
+    kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)(finalize_connection)
+
+
+async def reconcile_connection(
+    old: kopf.BodyEssence | Any,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    memo: SharedMemo,
+    **kwargs: Any,
+) -> None:
+    await connection.reconcile_connection(KopfCall.of(spec, meta, status, memo, kwargs), old)
+
+
+async def finalize_connection(
+    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: SharedMemo, **kwargs: Any
+) -> None:
+    await connection.finalize_connection(KopfCall.of(spec, meta, status, memo, kwargs))

@@ -24,7 +24,7 @@ from ..nats.pool import ConnectionTarget
 from ..reconcile.backed import STREAM_BACKED
 from ..reconcile.conditions import Outcome
 from ..services import SharedMemo
-from .envelope import report
+from .envelope import KopfCall, report_to_kopf
 
 logger = logging.getLogger(__name__)
 
@@ -167,36 +167,18 @@ async def _release_secrets(
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, False)
 
 
-async def reconcile_connection(
-    old: kopf.BodyEssence | Any,
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    namespace: str | None,
-    name: str | None,
-    memo: SharedMemo,
-    **_: Any,
-) -> None:
+async def reconcile_connection(call: KopfCall, old: Mapping[str, Any] | None) -> None:
+    """Check the connection with its Secrets, and let go of those it no longer names."""
+    memo, spec, namespace, name = call.memo, call.spec, call.namespace, call.name
     started = time.perf_counter()
-    result = await _check_connection(memo, spec, namespace or "", name or "")
+    result = await _check_connection(memo, spec, namespace, name)
     assert result is not None  # only a recheck may find nothing to ask
     dropped = connection_check.secret_names((old or {}).get("spec") or {}) - (
         connection_check.secret_names(spec)
     )
     if dropped:
-        await _release_secrets(memo, namespace or "", dropped, leaving="")
-    report(
-        result,
-        kind=NATS_CONNECTION.kind,
-        started=started,
-        body=body,
-        patch=patch,
-        status=status,
-        generation=meta.get("generation"),
-        events=memo.events,
-    )
+        await _release_secrets(memo, namespace, dropped, leaving="")
+    report_to_kopf(result, call, NATS_CONNECTION.kind, started)
 
 
 async def recheck_connection(
@@ -229,21 +211,11 @@ async def recheck_connection(
             )
 
 
-async def finalize_connection(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    namespace: str | None,
-    name: str | None,
-    memo: SharedMemo,
-    **_: Any,
-) -> None:
+async def finalize_connection(call: KopfCall) -> None:
     """A connection goes only after the Streams and Consumers using it are gone, as a
     PersistentVolumeClaim waits for its pods, so their deletion in NATS can still connect."""
     started = time.perf_counter()
-    namespace, name = namespace or "", name or ""
+    memo, spec, meta, namespace, name = call.memo, call.spec, call.meta, call.namespace, call.name
     released_by_person = meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true"
     users = [] if released_by_person else await _connection_users(memo, namespace, name)
     if users:
@@ -264,17 +236,7 @@ async def finalize_connection(
         result = Result(Outcome(True, "Deleted", f"NatsConnection {name} released"))
     memory = memo.failures.for_connection(None)
     result = memory.settle(str(meta.get("uid", "")), NO_BASIS, result)
-    report(
-        result,
-        kind=NATS_CONNECTION.kind,
-        started=started,
-        body=body,
-        patch=patch,
-        status=status,
-        generation=meta.get("generation"),
-        deleting=True,
-        events=memo.events,
-    )
+    report_to_kopf(result, call, NATS_CONNECTION.kind, started, deleting=True)
 
 
 async def _connection_users(memo: SharedMemo, namespace: str, name: str) -> list[str]:

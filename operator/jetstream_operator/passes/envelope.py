@@ -150,16 +150,23 @@ async def run_pass(
                     result = memory.settle(owner.uid, NO_BASIS, result)
     if deleting:
         result = memory.settle(owner.uid, NO_BASIS, result, history.ready_condition())
+    report_to_kopf(result, call, kind.kind, started, deleting=deleting)
+
+
+def report_to_kopf(
+    result: Result, call: KopfCall, kind: str, started: float, deleting: bool = False
+) -> None:
+    """`report`, into the patch kopf writes after the handler of `call`."""
     report(
         result,
-        kind=kind.kind,
+        kind=kind,
         started=started,
         body=call.body,
         patch=call.patch,
-        status=status,
-        generation=meta.get("generation"),
+        status=call.status,
+        generation=call.meta.get("generation"),
         deleting=deleting,
-        events=memo.events,
+        events=call.memo.events,
     )
 
 
