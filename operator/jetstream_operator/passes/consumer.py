@@ -136,8 +136,8 @@ async def reconcile(
     call: KopfCall,
 ) -> None:
     """Create or update the consumer, once its stream is there."""
-    spec, meta, status, memo = call.spec, call.meta, call.status, call.memo
-    connection = spec_connection_key(str(meta.get("namespace", "")), spec)
+    spec, status, memo = call.spec, call.status, call.memo
+    connection = call.connection
     arrivals = memo.arrivals
 
     async def stream_arrival(stream: str) -> StreamArrival:

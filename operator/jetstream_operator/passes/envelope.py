@@ -13,13 +13,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import kopf
 
 from ..api.kinds import ResourceKind
 from ..handlers.failures import NO_BASIS, History
-from ..handlers.registry import ResourceRegistry, spec_connection_key
+from ..handlers.registry import ConnectionKey, ResourceRegistry, spec_connection_key
 from ..handlers.results import (
     Result,
     deletion_blocked,
@@ -60,6 +61,11 @@ class KopfCall:
     namespace: str
     name: str
     reason: str
+
+    @cached_property
+    def connection(self) -> ConnectionKey:
+        """The connection the spec names, worked out once per pass."""
+        return spec_connection_key(self.namespace, self.spec)
 
     @classmethod
     def of(
@@ -118,7 +124,7 @@ async def run_pass(
         if ready_as_is(status, meta.get("generation")):
             return  # drift repair's first listing checks it, at a page per 256 resources
         await asyncio.sleep(memo.resume_pace.wait())
-    memory = memo.failures.for_connection(spec_connection_key(owner.namespace, spec))
+    memory = memo.failures.for_connection(call.connection)
     history = History(meta.get("generation"), status, memory)
     named = spec.get("name") or spec.get("bucket") or spec.get("durableName")
     what = f"{kind.singular} {named}"
@@ -133,7 +139,7 @@ async def run_pass(
         result = memory.settle(owner.uid, NO_BASIS, refusal, history.ready_condition())
     else:
         async with registry.lock(owner.uid):
-            watcher = memo.watchers.get(spec_connection_key(owner.namespace, spec))
+            watcher = memo.watchers.get(call.connection)
             if watcher is not None:
                 watcher.looking(owner.uid)
             try:

@@ -9,7 +9,7 @@ from typing import Any
 from ..handlers import consumer as consumer_handlers
 from ..handlers import stream as stream_handlers
 from ..handlers.failures import History
-from ..handlers.registry import connection_key, consumers_of, spec_connection_key
+from ..handlers.registry import connection_key, consumers_of
 from ..handlers.results import Result
 from ..nats.jsapi import JetStreamApi
 from ..reconcile.backed import StreamBackedKind
@@ -40,7 +40,7 @@ async def reconcile(
     """Create or update the stream, purge it when asked, and tell the consumers waiting for it."""
     spec, meta, status, memo = call.spec, call.meta, call.status, call.memo
     arrivals = memo.arrivals
-    connection = spec_connection_key(str(meta.get("namespace", "")), spec)
+    connection = call.connection
     made: list[str] = []
 
     async def created(stream: str, reply: Mapping[str, Any]) -> int | None:
