@@ -49,7 +49,8 @@ collector ran ever more full collections over an ever larger heap: while 10,000 
 converged, 15 full ones among 2,000 others, 6.9 of the operator's 33.6 CPU seconds
 (gc.callbacks); 0.8-1.1 s of 5-6.5 at 2,000. At 10,000, 1.8 s and 0.3-0.5 s, no full
 collection. The price is RSS, as garbage waits longer for its collection: +2 MiB at 2,000
-resources (four runs each), +9 MiB at 10,000 (one run each); benchmarks.md, 2026-11-28 07:36."""
+resources (four runs each), +9 MiB at 10,000 (one run each); bench/results/diary-2026-11.md,
+2026-11-28 07:36."""
 
 
 def collect_garbage_less_often() -> None:

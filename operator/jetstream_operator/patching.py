@@ -4,10 +4,11 @@ After every merge patch, kopf turns what is left of it (its callables, such as a
 removal) into JSON-patch operations against the patched body (`Patch.as_json_patch`). It deep
 copies the whole body before it looks whether anything is left, which after a status write is
 never the case: about 2% of the operator's CPU while 2,000 resources converge (py-spy,
-docs/benchmarks.md, 2026-11-29). When something is left (a deletion's finalizer removal), it
-diffs the whole body, field by field in Python, to find the one list that changed; comparing
-the top-level fields first (in C) leaves that diff only the fields that changed, and the same
-operations come out. kopf_adaptations.lighten_patch_remainders puts this in kopf's place.
+bench/results/diary-2026-11.md, 2026-11-29). When something is left (a deletion's finalizer
+removal), it diffs the whole body, field by field in Python, to find the one list that changed;
+comparing the top-level fields first (in C) leaves that diff only the fields that changed, and
+the same operations come out. kopf_adaptations.lighten_patch_remainders puts this in kopf's
+place.
 """
 
 from __future__ import annotations

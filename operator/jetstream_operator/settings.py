@@ -74,9 +74,9 @@ class OperatorSettings(BaseSettings):
     namespace when `namespaces` is set); 0 for no limit. Beyond it, the rest of a burst waits in
     kopf's queue, each resource with its events, instead of in a running handler that holds
     more: with a request limit, 10,000 new resources took 264 MiB with 128 and 451 MiB without
-    (benchmarks.md). A deletion that waits for NATS keeps its place while it waits, so 128
-    blocked deletions of one kind would hold up the rest of that kind until NATS answers or
-    their finalizers are released."""
+    (bench/results/diary-2026-11.md). A deletion that waits for NATS keeps its place while it
+    waits, so 128 blocked deletions of one kind would hold up the rest of that kind until NATS
+    answers or their finalizers are released."""
     kube_requests: int = Field(default=32, ge=0)
     """At most this many Kubernetes API requests in flight at once, kopf's and the operator's
     own (Events, status, Secrets), watches aside; 0 for no limit. Without a limit, a burst of
@@ -86,7 +86,8 @@ class OperatorSettings(BaseSettings):
     """Fewer than `kube_requests` in flight while the API server answers slowly, down to 8
     (k8s/throttle.py, AdaptiveLimit): it then spends its time on others' requests first. Before
     writes yielded to bursts of creations, it slowed the user's applies beside 2,000 new
-    resources 1.35-1.6x instead of 2.3-3.4x with a fixed limit of 8 (benchmarks.md)."""
+    resources 1.35-1.6x instead of 2.3-3.4x with a fixed limit of 8
+    (bench/results/diary-2026-11.md)."""
     yield_to_creations: float = Field(default=30.0, ge=0)
     """While people create resources of the operator's kinds in a burst (at least 32 in a
     second; k8s/throttle.py, Burst), the operator's Kubernetes writes wait until it ends,

@@ -226,8 +226,8 @@ def test_fields_with_a_default_are_always_present_unless_nullable() -> None:
 
 def test_no_generated_rule_tests_the_presence_of_a_defaulted_field() -> None:
     """Each such test costs kube-apiserver a copy of the object's property schemas on every
-    write of every resource (docs/benchmarks.md); the rule helpers write them everywhere, so
-    this fails if the generator stops folding them away."""
+    write of every resource (bench/results/diary-2026-11.md); the rule helpers write them
+    everywhere, so this fails if the generator stops folding them away."""
     for kind in ALL_KINDS:
         assert needless_presence_tests(validated_spec_schema(kind)) == [], kind.kind
 

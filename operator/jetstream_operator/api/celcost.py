@@ -2,9 +2,9 @@
 
 The rules were written for the CRDs, where kube-apiserver ran every one on every write, status
 patches included, and each field a rule read cost a copy of the object's property schemas
-(docs/benchmarks.md, the runs of 2026-11-25 03:04-03:34). They now run in admission policies
-(policygen.py), only when a spec changes; what is folded here still saves work there, and a
-rule placed on its field names that field in its refusal.
+(bench/results/diary-2026-11.md, the runs of 2026-11-25 03:04-03:34). They now run in
+admission policies (policygen.py), only when a spec changes; what is folded here still saves
+work there, and a rule placed on its field names that field in its refusal.
 
 A field with a CRD default is always present when a rule runs: the API server applies defaults
 to the request and to the stored object before admission. So a presence test on it is a wasted

@@ -3,9 +3,10 @@
 kube-apiserver runs every `x-kubernetes-validations` rule of a CRD on every write of a resource,
 status patches included (v1.34: the status strategy validates the whole object), and each field
 a rule reads costs it a copy of the object's property schemas. While the operator converges
-that came to about a quarter of the API server's CPU (docs/benchmarks.md, 2026-11-28). A policy
-bound to the kind's own resource never runs on the status subresource, and with its match
-conditions it runs only when a spec changes, so the same rules cost nothing on status writes.
+that came to about a quarter of the API server's CPU (bench/results/diary-2026-11.md,
+2026-11-28). A policy bound to the kind's own resource never runs on the status subresource,
+and with its match conditions it runs only when a spec changes, so the same rules cost nothing
+on status writes.
 
 Each rule keeps the meaning it had on its schema node: it is checked when its field is
 present, a transition rule (one reading `oldSelf`) only on an update where the field was there

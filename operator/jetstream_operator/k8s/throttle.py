@@ -33,7 +33,7 @@ ADAPTIVE_LEAST = 8
 creations (Burst), what is left after one is the operator's own backlog of status writes and
 Events, and its own writes are what slows the API server then: with a floor of one the limit
 sank to a few requests and 5,000 new streams and consumers took 107 s instead of 83-87 s, and
-the user's applies were no faster for it (benchmarks.md)."""
+the user's applies were no faster for it (bench/results/diary-2026-11.md)."""
 
 
 class AdaptiveLimit:
@@ -163,8 +163,8 @@ class WritesLull:
     (EventPoster, k8s/status.py); RequestLimit tells it of every such write.
 
     An Event is an API write like the status it tells of: 2,000 new resources posting theirs
-    as they came were Ready about 15% later than without them (benchmarks.md, 2026-11-27
-    18:07).
+    as they came were Ready about 15% later than without them (bench/results/diary-2026-11.md,
+    2026-11-27 18:07).
     Status is what people and tools wait on. So an Event waits until none of those writes has
     been in flight (waiting for a place included) for `quiet` seconds, for at most `most_wait`
     seconds from when it happened: under writes that never pause, Events come that much late,
