@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]
 def alternated_rounds(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Ours and NACK legacy at one size, alternated with the order flipped every round, each on
     fresh servers. A single run at N = 1,000 moves by a third with the machine's state, which
-    grows run after run (bench/results/diary-2026-11.md), so one run of each, minutes apart, cannot call
-    a winner at that size."""
+    grows run after run (bench/results/diary-2026-11.md), so one run of each, minutes apart,
+    cannot call a winner at that size."""
     nack = nack_bench.Nack.inspect(
         args.nack_bin.expanduser(), args.nack_crds.expanduser(), args.nack_version
     )
