@@ -1,7 +1,8 @@
-"""Consumer spec -> server config, drift detection and the create/update/recreate decision.
+"""Consumer spec -> server config, admission rules and drift detection.
 
 The server answers below were recorded from nats-server 2.12.8, which leaves out false, "", 0,
-empty lists and priority_policy "none", and adds `_nats.*` metadata.
+empty lists and priority_policy "none", and adds `_nats.*` metadata. The create/update/recreate
+decision is in test_consumer_plan.py.
 """
 
 from typing import Any
@@ -12,7 +13,6 @@ from pydantic import ValidationError
 from jetstream_operator.api.consumer import ConsumerSpec
 from jetstream_operator.api.crdgen import validated_spec_schema
 from jetstream_operator.api.kinds import CONSUMER
-from jetstream_operator.handlers.consumer import planning_view
 from jetstream_operator.reconcile.consumer_config import (
     DEFAULT_ACK_WAIT_NS,
     consumer_differences,
@@ -21,50 +21,23 @@ from jetstream_operator.reconcile.consumer_config import (
     immutable_changes,
 )
 from jetstream_operator.reconcile.consumer_plan import (
-    CreateConsumer,
-    ImmutableChangeRefused,
     InSync,
-    OwnedElsewhere,
-    PauseConsumer,
-    RecreateConsumer,
-    StreamMissing,
-    UpdateConsumer,
-    UpdatesPrevented,
-    consumer_live_state,
-    may_delete,
     plan_consumer,
-    release_request,
 )
-from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
-OWNER = Owner("default", "orders-worker", "uid-1")
-SERVER_METADATA = {"_nats.level": "3", "_nats.req.level": "0", "_nats.ver": "2.12.8"}
+from .consumer_figures import (
+    OWNER,
+    RECORDED_PULL,
+    RECORDED_PUSH,
+    SERVER_METADATA,
+    desired,
+    info,
+    server_view,
+    spec,
+)
+
 SECOND = 1_000_000_000
-
-
-def spec(**fields: Any) -> ConsumerSpec:
-    return ConsumerSpec.model_validate({"durableName": "worker", "streamName": "ORDERS", **fields})
-
-
-def desired(**fields: Any) -> dict[str, Any]:
-    return desired_consumer_config(spec(**fields), OWNER, "ORDERS")
-
-
-def server_view(config: dict[str, Any]) -> dict[str, Any]:
-    """What the server answers for a config it accepted: zero values left out, metadata added."""
-    shown = {
-        key: value
-        for key, value in config.items()
-        if value not in (None, False, "", [], {}) and (value != 0 or key == "num_replicas")
-    }
-    if shown.get("priority_policy") == "none":
-        del shown["priority_policy"]
-    shown["metadata"] = {**config["metadata"], **SERVER_METADATA}
-    return shown
-
-
-def info(config: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"stream_name": "ORDERS", "name": config["name"], "config": config, **extra}
 
 
 def owned(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -318,40 +291,12 @@ def test_identity_is_immutable_at_admission_without_an_opt_in() -> None:
     assert all("recreateOnImmutableChange" not in r["rule"] for r in identity)
 
 
-# -- drift ---------------------------------------------------------------------------------------
-
-RECORDED_PULL = {
-    "ack_policy": "explicit",
-    "ack_wait": 30_000_000_000,
-    "deliver_policy": "all",
-    "durable_name": "worker",
-    "max_ack_pending": 1000,
-    "max_deliver": -1,
-    "max_waiting": 512,
-    "name": "worker",
-    "num_replicas": 0,
-    "replay_policy": "instant",
-}
 RECORDED_ACK_NONE = {
     "ack_policy": "none",
     "deliver_policy": "all",
     "durable_name": "worker",
     "max_deliver": -1,
     "max_waiting": 512,
-    "name": "worker",
-    "num_replicas": 0,
-    "replay_policy": "instant",
-}
-RECORDED_PUSH = {
-    "ack_policy": "explicit",
-    "ack_wait": 30_000_000_000,
-    "deliver_policy": "all",
-    "deliver_subject": "deliver.orders",
-    "durable_name": "worker",
-    "flow_control": True,
-    "idle_heartbeat": 5_000_000_000,
-    "max_ack_pending": 1000,
-    "max_deliver": -1,
     "name": "worker",
     "num_replicas": 0,
     "replay_policy": "instant",
@@ -448,278 +393,3 @@ def test_server_times_with_nanoseconds_compare_as_instants() -> None:
 def test_removed_field_is_a_difference_to_revert(before: dict[str, Any], field: str) -> None:
     differences = consumer_differences(desired(), server_view(desired(**before)))
     assert field in {difference.field for difference in differences}
-
-
-# -- plans ---------------------------------------------------------------------------------------
-
-
-def current_for(**fields: Any) -> dict[str, Any]:
-    return info(server_view(desired(**fields)))
-
-
-def test_plan_waits_for_a_missing_stream() -> None:
-    action = plan_consumer(spec(), OWNER, False, None)
-    assert isinstance(action, StreamMissing)
-    assert action.reason == "StreamNotFound"
-    assert "ORDERS" in action.message()
-
-
-def test_plan_waits_for_an_unresolved_stream_ref() -> None:
-    ref = ConsumerSpec.model_validate({"durableName": "worker", "streamRef": "orders"})
-    action = plan_consumer(ref, OWNER, False, None)
-    assert isinstance(action, StreamMissing)
-    assert action.from_ref and action.reason == "StreamNotFound"
-    assert "Stream resource 'orders'" in action.message()
-    created = plan_consumer(ref, OWNER, True, None, stream_name="ORDERS")
-    assert isinstance(created, CreateConsumer) and created.stream == "ORDERS"
-
-
-def test_plan_creates_a_missing_consumer() -> None:
-    action = plan_consumer(spec(), OWNER, True, None)
-    assert isinstance(action, CreateConsumer)
-    assert action.stream == "ORDERS"
-    assert action.config == desired()
-
-
-def test_plan_creates_with_stream_limits() -> None:
-    action = plan_consumer(spec(), OWNER, True, None, stream_limits={"max_ack_pending": 10})
-    assert isinstance(action, CreateConsumer)
-    assert action.config["max_ack_pending"] == 10
-
-
-def test_planning_view_keeps_the_stream_limits_and_nothing_else() -> None:
-    config: dict[str, Any] = {"name": "ORDERS", "subjects": ["orders.>"], "max_msgs": -1}
-    reply = {
-        "config": config,
-        "state": {"messages": 0, "consumer_count": 0},
-        "created": "2026-11-27T04:00:00Z",
-    }
-    assert planning_view(reply) == {"config": {}}
-    config["consumer_limits"] = {"max_ack_pending": 10}
-    assert planning_view(reply) == {"config": {"consumer_limits": {"max_ack_pending": 10}}}
-
-
-@pytest.mark.parametrize(
-    ("change", "summary"),
-    [
-        ({"description": "new"}, "description"),
-        ({"ackWait": "2m"}, "ack_wait"),
-        ({"maxDeliver": 10, "backoff": ["1s", "5s"]}, "ack_wait, backoff, max_deliver"),
-        ({"filterSubject": "orders.b"}, "filter_subject"),
-        ({"sampleFreq": "10%", "maxAckPending": 5}, "max_ack_pending, sample_freq"),
-        ({"headersOnly": True, "inactiveThreshold": "1h"}, "headers_only, inactive_threshold"),
-        ({"maxRequestBatch": 5, "maxRequestExpires": "1s"}, "max_batch, max_expires"),
-        ({"replicas": 1, "metadata": {"a": "b"}}, "metadata, num_replicas"),
-        (
-            {"priorityPolicy": "pinned_client", "priorityGroups": ["g"]},
-            "priority_groups, priority_policy, priority_timeout",
-        ),
-    ],
-)
-def test_mutable_changes_update_in_place(change: dict[str, Any], summary: str) -> None:
-    action = plan_consumer(spec(**change), OWNER, True, current_for())
-    assert isinstance(action, UpdateConsumer)
-    assert action.summary() == summary
-    assert action.config == desired(**change)
-
-
-def test_deliver_subject_and_group_of_a_push_consumer_update_in_place() -> None:
-    before = {"deliverSubject": "deliver.a"}
-    after = {"deliverSubject": "deliver.b", "deliverGroup": "g", "rateLimitBps": 100}
-    action = plan_consumer(spec(**after), OWNER, True, current_for(**before))
-    assert isinstance(action, UpdateConsumer)
-    assert action.summary() == "deliver_group, deliver_subject, rate_limit_bps"
-
-
-IMMUTABLE_CASES = [
-    ({}, {"deliverPolicy": "new"}, ["deliverPolicy"]),
-    (
-        {"deliverPolicy": "byStartSequence", "optStartSeq": 5},
-        {"deliverPolicy": "byStartSequence", "optStartSeq": 6},
-        ["optStartSeq"],
-    ),
-    (
-        {"deliverPolicy": "byStartTime", "optStartTime": "2024-01-01T00:00:00Z"},
-        {"deliverPolicy": "byStartTime", "optStartTime": "2024-02-01T00:00:00Z"},
-        ["optStartTime"],
-    ),
-    ({}, {"ackPolicy": "all"}, ["ackPolicy"]),
-    ({}, {"replayPolicy": "original"}, ["replayPolicy"]),
-    ({}, {"maxWaiting": 10}, ["maxWaiting"]),
-    ({}, {"memStorage": True}, ["memStorage"]),
-    (
-        {"deliverSubject": "d", "heartbeatInterval": "5s"},
-        {"deliverSubject": "d", "heartbeatInterval": "5s", "flowControl": True},
-        ["flowControl"],
-    ),
-    (
-        {"deliverSubject": "d"},
-        {"deliverSubject": "d", "heartbeatInterval": "5s"},
-        ["heartbeatInterval"],
-    ),
-    ({}, {"deliverSubject": "d"}, ["deliverSubject (push <-> pull)"]),
-    ({"deliverSubject": "d"}, {}, ["deliverSubject (push <-> pull)"]),
-    (
-        {},
-        {"deliverPolicy": "new", "ackPolicy": "none", "description": "x"},
-        ["deliverPolicy", "ackPolicy"],
-    ),
-]
-
-
-@pytest.mark.parametrize(("before", "after", "fields"), IMMUTABLE_CASES)
-def test_immutable_change_is_refused_by_default(
-    before: dict[str, Any], after: dict[str, Any], fields: list[str]
-) -> None:
-    action = plan_consumer(spec(**after), OWNER, True, current_for(**before))
-    assert isinstance(action, ImmutableChangeRefused)
-    assert action.fields == fields
-    assert action.reason == "ImmutableFieldChanged"
-    message = action.message()
-    assert all(f"spec.{field}" in message for field in fields)
-    assert "recreateOnImmutableChange: true" in message
-    assert "loses its position" in message
-
-
-@pytest.mark.parametrize(("before", "after", "fields"), IMMUTABLE_CASES)
-def test_immutable_change_recreates_when_opted_in(
-    before: dict[str, Any], after: dict[str, Any], fields: list[str]
-) -> None:
-    wanted = spec(**after, recreateOnImmutableChange=True)
-    action = plan_consumer(wanted, OWNER, True, current_for(**before))
-    assert isinstance(action, RecreateConsumer)
-    assert action.fields == fields
-    assert action.stream == "ORDERS"
-    assert action.config == desired_consumer_config(wanted, OWNER, "ORDERS")
-    assert "position" in action.message()
-
-
-def test_opting_in_changes_nothing_while_immutable_fields_are_unchanged() -> None:
-    action = plan_consumer(
-        spec(recreateOnImmutableChange=True, maxDeliver=3), OWNER, True, current_for()
-    )
-    assert isinstance(action, UpdateConsumer)
-
-
-def test_pause_is_its_own_step_after_other_updates() -> None:
-    wanted = spec(description="x", pauseUntil="2099-01-01T00:00:00Z")
-    first = plan_consumer(wanted, OWNER, True, current_for())
-    assert isinstance(first, UpdateConsumer)
-    assert first.summary() == "description"
-    assert first.config["pause_until"] is None
-    second = plan_consumer(wanted, OWNER, True, current_for(description="x"))
-    assert isinstance(second, PauseConsumer)
-    assert second.subject() == "CONSUMER.PAUSE.ORDERS.worker"
-    assert second.request() == {"pause_until": "2099-01-01T00:00:00Z"}
-
-
-def test_removing_pause_until_resumes() -> None:
-    paused = current_for(pauseUntil="2099-01-01T00:00:00Z")
-    action = plan_consumer(spec(), OWNER, True, paused)
-    assert isinstance(action, PauseConsumer)
-    assert action.request() == {}
-
-
-def test_plan_leaves_a_foreign_consumer_alone() -> None:
-    foreign = info({**RECORDED_PULL, "metadata": SERVER_METADATA})
-    action = plan_consumer(spec(), OWNER, True, foreign)
-    assert isinstance(action, OwnedElsewhere)
-    assert "not created by this operator" in action.message()
-    assert "spec.adoption: IfUnowned" in action.message()
-
-
-def test_plan_reports_the_other_owner() -> None:
-    other = Owner("team-b", "worker", "uid-2")
-    theirs = info(server_view(desired_consumer_config(spec(), other, "ORDERS")))
-    action = plan_consumer(spec(), OWNER, True, theirs)
-    assert isinstance(action, OwnedElsewhere)
-    assert "team-b/worker" in action.message()
-    assert isinstance(
-        plan_consumer(spec(adoption="IfUnowned"), OWNER, True, theirs), OwnedElsewhere
-    )
-
-
-def test_unowned_consumer_is_adopted_only_when_asked() -> None:
-    foreign = info({**RECORDED_PULL, "metadata": SERVER_METADATA})
-    action = plan_consumer(spec(adoption="IfUnowned"), OWNER, True, foreign)
-    assert isinstance(action, UpdateConsumer)
-    assert action.summary() == "metadata"
-    assert action.config["metadata"][OWNER_METADATA_KEY] == OWNER.encode()
-
-
-def test_prevent_update_reports_instead_of_updating_or_recreating() -> None:
-    changed = spec(maxDeliver=5, preventUpdate=True)
-    action = plan_consumer(changed, OWNER, True, current_for())
-    assert isinstance(action, UpdatesPrevented)
-    assert [d.field for d in action.differences] == ["max_deliver"]
-    immutable = spec(ackPolicy="all", preventUpdate=True, recreateOnImmutableChange=True)
-    assert isinstance(plan_consumer(immutable, OWNER, True, current_for()), UpdatesPrevented)
-
-
-def test_only_the_owning_resource_may_delete() -> None:
-    assert may_delete(OWNER, current_for())
-    theirs = info(server_view(desired_consumer_config(spec(), Owner("x", "y", "z"), "ORDERS")))
-    assert not may_delete(OWNER, theirs)
-    assert not may_delete(OWNER, None)
-    assert not may_delete(OWNER, info({**RECORDED_PULL, "metadata": SERVER_METADATA}))
-
-
-def test_release_removes_only_our_mark() -> None:
-    current = current_for(metadata={"team": "a"})
-    released = release_request(OWNER, current)
-    assert released is not None
-    assert released["metadata"] == {"team": "a"}
-    assert release_request(Owner("x", "y", "z"), current) is None
-
-
-# -- live state ----------------------------------------------------------------------------------
-
-
-def test_live_state_maps_consumer_info_to_status() -> None:
-    recorded = {
-        "stream_name": "ORDERS",
-        "name": "worker",
-        "config": {**RECORDED_PUSH, "metadata": SERVER_METADATA},
-        "delivered": {"consumer_seq": 12, "stream_seq": 40, "last_active": "2026-01-01T00:00:00Z"},
-        "ack_floor": {"consumer_seq": 10, "stream_seq": 38},
-        "num_ack_pending": 2,
-        "num_redelivered": 1,
-        "num_waiting": 0,
-        "num_pending": 7,
-        "cluster": {"name": "east", "leader": "nats-1"},
-        "push_bound": True,
-        "paused": True,
-    }
-    assert consumer_live_state(recorded) == {
-        "streamName": "ORDERS",
-        "consumerName": "worker",
-        "numPending": 7,
-        "numAckPending": 2,
-        "numRedelivered": 1,
-        "numWaiting": 0,
-        "deliveredStreamSeq": 40,
-        "deliveredConsumerSeq": 12,
-        "ackFloorStreamSeq": 38,
-        "ackFloorConsumerSeq": 10,
-        "paused": True,
-        "leader": "nats-1",
-        "pushBound": True,
-    }
-
-
-def test_live_state_of_a_pull_consumer_on_a_single_server() -> None:
-    recorded = {
-        "stream_name": "ORDERS",
-        "name": "worker",
-        "config": {**RECORDED_PULL, "metadata": SERVER_METADATA},
-        "delivered": {"consumer_seq": 0, "stream_seq": 0},
-        "ack_floor": {"consumer_seq": 0, "stream_seq": 0},
-        "num_ack_pending": 0,
-        "num_redelivered": 0,
-        "num_waiting": 0,
-        "num_pending": 0,
-    }
-    state = consumer_live_state(recorded)
-    assert state["leader"] is None
-    assert state["pushBound"] is None
-    assert state["paused"] is False
