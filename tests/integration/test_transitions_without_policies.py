@@ -13,18 +13,18 @@ time, the consumer its creation time, and nothing is made under a new name or on
 stream. Deleting the resource deletes what it manages.
 
 The rules come from the models, as policygen turns them into policies: a transition rule
-without a case here, or a field a rule guards that no case changes, fails
-`test_every_transition_rule_has_a_case`. The cases run together in one namespace.
+without a case in transition_cases.py, or a field a rule guards that no case changes, fails
+`test_every_transition_rule_has_a_case` (test_transition_rule_cases.py). The cases run together
+in one namespace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
@@ -35,21 +35,19 @@ from nats.aio.client import Client
 from jetstream_devtools.crds import POLICY_KIND
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP, VERSION
-from jetstream_operator.api.crdgen import validated_spec_schema
 from jetstream_operator.api.kinds import (
-    ALL_KINDS,
     CONSUMER,
     KEY_VALUE,
     OBJECT_STORE,
     STREAM,
     ResourceKind,
 )
-from jetstream_operator.api.policygen import is_transition, rules_by_path
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.operator import operator_variant
 
 from .figures import ApiAudit, apiserver_writes, difference
 from .helpers import Resources, condition, fill, json_body, policies_out_of_effect, warnings
+from .transition_cases import CASES, READY, SERVER_REJECTED, Case, written
 
 pytestmark = pytest.mark.integration
 
@@ -62,184 +60,11 @@ RETRIES_WHILE_REJECTED = 4
 """JetStream writes allowed in the quiet window for an update NATS refused: its retries with
 backoff. The session operator's delays double from 0.5 s up to 5 s, jittered into half to all
 of that: at most four fit in the window (0.25 + 0.5 + 1 + 2 + 2.5 > 6 s). A loop sent eleven."""
-READY = "Ready"
-SERVER_REJECTED = "ServerRejected"
-IMMUTABLE = "ImmutableFieldChanged"
 MESSAGES = 3
 """Messages written before the update, to each stream, bucket and store."""
 
-
-@dataclass(frozen=True)
-class Case:
-    """One update a transition rule refuses, applied without the policies."""
-
-    kind: ResourceKind
-    rule: str
-    """A fragment of the rule's message, naming the rule the update breaks."""
-    name: str
-    """The case, and the name of its resource."""
-    update: dict[str, Any]
-    """A merge patch of the spec (None removes a field); {placeholders} as in `names`."""
-    expect: str
-    """READY, or the reason of Ready=False."""
-    words: tuple[str, ...] = ()
-    """In the Ready condition's message when it is False: the field, or NATS's reason."""
-    initial: dict[str, Any] = field(default_factory=dict)
-    """The spec beyond the kind's base one (None removes a base field)."""
-    prepare: dict[str, Any] | None = None
-    """A patch allowed by the rules, applied after the data is written (sealing)."""
-    headers: dict[str, str] | None = None
-    """Headers of the messages written (a counter stream takes increments only)."""
-
-
-NEVER_OFF = "cannot be turned off once on"
-
-CASES: tuple[Case, ...] = (
-    # Stream
-    Case(STREAM, "spec.storage cannot change", "s-storage", {"storage": "memory"},
-         SERVER_REJECTED, ("storage type",)),
-    Case(STREAM, "to or from workqueue", "s-to-workqueue", {"retention": "workqueue"},
-         SERVER_REJECTED, ("retention",)),
-    Case(STREAM, "to or from workqueue", "s-from-workqueue", {"retention": "limits"},
-         SERVER_REJECTED, ("retention",), initial={"retention": "workqueue"}),
-    Case(STREAM, "spec.mirror cannot be added", "s-mirror-added",
-         {"subjects": None, "mirror": {"name": "{origin}"}}, SERVER_REJECTED, ("mirror",)),
-    Case(STREAM, "spec.mirror cannot be added", "s-mirror-changed",
-         {"mirror": {"name": "{origin}", "filterSubject": "{origin_subject}.a"}},
-         SERVER_REJECTED, ("mirror",), initial={"subjects": None, "mirror": {"name": "{origin}"}}),
-    Case(STREAM, "spec.firstSequence applies only", "s-first-sequence", {"firstSequence": 100},
-         IMMUTABLE, ("spec.firstSequence is 100", "started before sequence 100")),
-    Case(STREAM, "spec.firstSequence applies only", "s-first-sequence-changed",
-         {"firstSequence": 50}, IMMUTABLE, ("set it back to 100",),
-         initial={"firstSequence": 100}),
-    Case(STREAM, "spec.allowMsgCounter cannot change", "s-counter-on",
-         {"allowMsgCounter": True}, SERVER_REJECTED, ("counter",)),
-    Case(STREAM, "spec.allowMsgCounter cannot change", "s-counter-off",
-         {"allowMsgCounter": False}, SERVER_REJECTED, ("counter",),
-         initial={"allowMsgCounter": True}, headers={"Nats-Incr": "1"}),
-    Case(STREAM, "spec.persistMode cannot change", "s-persist-mode", {"persistMode": "async"},
-         SERVER_REJECTED, ("persist",)),
-    Case(STREAM, "spec.connectionRef is immutable", "s-connection",
-         {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
-    Case(STREAM, "spec.name is immutable", "s-name", {"name": "{stream}_NEW"}, IMMUTABLE,
-         ("spec.name changed",)),
-    Case(STREAM, "cannot be unsealed", "s-unsealed", {"sealed": False}, SERVER_REJECTED,
-         ("seal",), prepare={"sealed": True}),
-    Case(STREAM, f"spec.denyDelete {NEVER_OFF}", "s-deny-delete-off", {"denyDelete": False},
-         SERVER_REJECTED, ("delete",), initial={"denyDelete": True}),
-    Case(STREAM, f"spec.denyPurge {NEVER_OFF}", "s-deny-purge-off", {"denyPurge": False},
-         SERVER_REJECTED, ("purge",), initial={"denyPurge": True}),
-    Case(STREAM, f"spec.allowMsgTtl {NEVER_OFF}", "s-ttl-off", {"allowMsgTtl": False},
-         SERVER_REJECTED, ("TTL",), initial={"allowMsgTtl": True}),
-    Case(STREAM, f"spec.allowMsgSchedules {NEVER_OFF}", "s-schedules-off",
-         {"allowMsgSchedules": False}, SERVER_REJECTED, ("schedul",),
-         initial={"allowMsgSchedules": True}),
-    # Consumer, on the stream of the Stream resource "consumed"
-    Case(CONSUMER, "spec.streamName and spec.streamRef are immutable", "c-stream-name",
-         {"streamName": "{consumed_too}"}, IMMUTABLE, ("spec.streamName",)),
-    Case(CONSUMER, "spec.streamName and spec.streamRef are immutable", "c-stream-ref",
-         {"streamRef": "consumed-too"}, IMMUTABLE, ("spec.streamRef",),
-         initial={"streamName": None, "streamRef": "consumed"}),
-    Case(CONSUMER, "spec.connectionRef is immutable", "c-connection",
-         {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
-    Case(CONSUMER, "fields that cannot change", "c-deliver-policy", {"deliverPolicy": "last"},
-         IMMUTABLE, ("spec.deliverPolicy",)),
-    Case(CONSUMER, "fields that cannot change", "c-opt-start-seq", {"optStartSeq": 2},
-         IMMUTABLE, ("spec.optStartSeq",),
-         initial={"deliverPolicy": "byStartSequence", "optStartSeq": 1}),
-    Case(CONSUMER, "fields that cannot change", "c-opt-start-time",
-         {"optStartTime": "2020-01-02T00:00:00Z"}, IMMUTABLE, ("spec.optStartTime",),
-         initial={"deliverPolicy": "byStartTime", "optStartTime": "2020-01-01T00:00:00Z"}),
-    Case(CONSUMER, "fields that cannot change", "c-ack-policy", {"ackPolicy": "all"},
-         IMMUTABLE, ("spec.ackPolicy",)),
-    Case(CONSUMER, "fields that cannot change", "c-replay-policy", {"replayPolicy": "original"},
-         IMMUTABLE, ("spec.replayPolicy",)),
-    Case(CONSUMER, "fields that cannot change", "c-max-waiting", {"maxWaiting": 10},
-         IMMUTABLE, ("spec.maxWaiting",)),
-    Case(CONSUMER, "fields that cannot change", "c-flow-control", {"flowControl": True},
-         IMMUTABLE, ("spec.flowControl",),
-         initial={"deliverSubject": "{subject}.deliver", "heartbeatInterval": "5s"}),
-    Case(CONSUMER, "fields that cannot change", "c-heartbeat", {"heartbeatInterval": "10s"},
-         IMMUTABLE, ("spec.heartbeatInterval",),
-         initial={"deliverSubject": "{subject}.deliver", "heartbeatInterval": "5s"}),
-    Case(CONSUMER, "fields that cannot change", "c-mem-storage", {"memStorage": True},
-         IMMUTABLE, ("spec.memStorage",)),
-    Case(CONSUMER, "between push (spec.deliverSubject set) and pull", "c-pull-to-push",
-         {"deliverSubject": "{subject}.deliver"}, IMMUTABLE, ("push <-> pull",)),
-    Case(CONSUMER, "spec.durableName is immutable", "c-durable-name",
-         {"durableName": "{durable}_NEW"}, IMMUTABLE, ("spec.durableName changed",)),
-    # KeyValue
-    Case(KEY_VALUE, "spec.storage cannot change", "kv-storage", {"storage": "memory"},
-         SERVER_REJECTED, ("storage type",)),
-    Case(KEY_VALUE, "spec.mirror cannot be added", "kv-mirror-added",
-         {"mirror": {"name": "{origin_bucket}"}}, SERVER_REJECTED, ("mirror",)),
-    Case(KEY_VALUE, "spec.connectionRef is immutable", "kv-connection",
-         {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
-    Case(KEY_VALUE, "spec.limitMarkerTtl cannot be removed", "kv-limit-marker-removed",
-         {"limitMarkerTtl": None}, READY, initial={"limitMarkerTtl": "1s"}),
-    Case(KEY_VALUE, "spec.bucket is immutable", "kv-bucket", {"bucket": "{bucket}_new"},
-         IMMUTABLE, ("spec.bucket changed",)),
-    # ObjectStore
-    Case(OBJECT_STORE, "spec.storage cannot change", "os-storage", {"storage": "memory"},
-         SERVER_REJECTED, ("storage type",)),
-    Case(OBJECT_STORE, "spec.connectionRef is immutable", "os-connection",
-         {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
-    Case(OBJECT_STORE, "spec.bucket is immutable", "os-bucket", {"bucket": "{bucket}_new"},
-         IMMUTABLE, ("spec.bucket changed",)),
-)  # fmt: skip
-
 CONSUMED = {"consumed": "{consumed}", "consumed-too": "{consumed_too}"}
 """The Stream resources the consumer cases read, and their streams."""
-
-# ---------------------------------------------------------------------------------------------
-# The rules, from the models
-
-
-@dataclass(frozen=True)
-class TransitionRule:
-    kind: ResourceKind
-    path: str
-    rule: str
-    message: str
-
-    def guarded_fields(self) -> set[str]:
-        """The spec fields the rule compares with their old values."""
-        fields = set(re.findall(r"\boldSelf\.(\w+)", self.rule))
-        if re.search(r"\boldSelf\b(?!\.)", self.rule):
-            fields.add(self.path.split(".")[1])
-        return fields
-
-
-def transition_rules() -> list[TransitionRule]:
-    """Every rule reading `oldSelf`, of every kind, as policygen puts it into the policies."""
-    found = []
-    for kind in ALL_KINDS:
-        for path, rule in rules_by_path(validated_spec_schema(kind)):
-            if is_transition(str(rule["rule"])):
-                message = str(rule.get("message") or "")
-                found.append(TransitionRule(kind, path, str(rule["rule"]), message))
-    return found
-
-
-def cases_of(rule: TransitionRule) -> list[Case]:
-    return [case for case in CASES if case.kind == rule.kind and case.rule in rule.message]
-
-
-def test_every_transition_rule_has_a_case() -> None:
-    """A transition rule added later fails here until it has a case; so does a field a rule
-    guards (the consumer's fields that cannot change are one rule) that no case changes."""
-    rules = transition_rules()
-    assert len(rules) >= 20, rules
-    missing = [f"{r.kind.kind} {r.path}: {r.message}" for r in rules if not cases_of(r)]
-    assert not missing, "transition rules without a case:\n" + "\n".join(missing)
-    for rule in rules:
-        changed = {key for case in cases_of(rule) for key in case.update}
-        unchanged = rule.guarded_fields() - changed
-        assert not unchanged, f"{rule.kind.kind}: no case changes {unchanged} ({rule.message})"
-    for case in CASES:
-        matching = [r for r in rules if r.kind == case.kind and case.rule in r.message]
-        assert len(matching) == 1, f"{case.name} names {len(matching)} rules"
-    assert len({case.name for case in CASES}) == len(CASES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,18 +248,6 @@ def listing(resources: Resources, kinds: list[ResourceKind]) -> dict[str, dict[s
         for kind in kinds
         for name, item in listed(resources, kind).items()
     }
-
-
-def written(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The resources written between two listings, with what changed in their status."""
-    found: dict[str, Any] = {}
-    for key, item in after.items():
-        old = before.get(key) or {"metadata": {}}
-        if old["metadata"].get("resourceVersion") == item["metadata"]["resourceVersion"]:
-            continue
-        was, now = old.get("status") or {}, item.get("status") or {}
-        found[key] = {k: (was.get(k), now.get(k)) for k in {*was, *now} if was.get(k) != now.get(k)}
-    return found
 
 
 def patch_spec_past_admission(
