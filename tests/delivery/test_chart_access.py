@@ -1,0 +1,153 @@
+"""What the rendered Helm chart allows: its admission policies go with the CRDs, its network
+policy lets through NATS, the API server, DNS and metrics only, and its RBAC roles cover every
+kind and grant a release that only reads connections nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from .helpers import (
+    CHART_CRDS,
+    Helm,
+    crd_paths,
+    find,
+    one,
+    policy_paths,
+)
+from .test_chart_render import NAMESPACED, WATCHED
+
+pytestmark = pytest.mark.integration
+
+
+def test_rendered_policies_are_the_files_and_go_with_the_crds(helm: Helm) -> None:
+    """A CRD without its policy would admit what the rules refuse; both follow crds.keep."""
+    files = {
+        (doc["kind"], doc["metadata"]["name"]): doc
+        for path in policy_paths(CHART_CRDS)
+        for doc in yaml.safe_load_all(path.read_text())
+    }
+    assert len(files) == 2 * len(crd_paths(CHART_CRDS))
+    for values, kept in (({}, True), ({"crds.keep": "false"}, False)):
+        objects = helm.render(values)
+        rendered = {
+            (doc["kind"], doc["metadata"]["name"]): doc
+            for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+            for doc in find(objects, kind)
+        }
+        assert set(rendered) == set(files)
+        for key, doc in rendered.items():
+            annotations = doc["metadata"].pop("annotations", {})
+            assert annotations == ({"helm.sh/resource-policy": "keep"} if kept else {})
+            assert doc == files[key]
+    without = helm.render({"crds.enabled": "false"})
+    assert not find(without, "ValidatingAdmissionPolicy")
+    assert not find(without, "CustomResourceDefinition")
+
+
+def test_network_policy_allows_nats_api_server_dns_and_metrics_only(helm: Helm) -> None:
+    assert not find(helm.render(), "NetworkPolicy")
+    nats_peer = '{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"nats"}}}'
+    objects = helm.render(
+        {"networkPolicy.enabled": "true", "networkPolicy.nats.ports": "{4222,4223}"},
+        "--set-json",
+        f"networkPolicy.nats.to=[{nats_peer}]",
+    )
+    policy = one(objects, "NetworkPolicy")
+    deployment = one(objects, "Deployment")
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": 9090, "protocol": "TCP"}]}]
+    tcp = [{"port": port, "protocol": "TCP"} for port in (4222, 4223)]
+    nats, api, dns = policy["spec"]["egress"]
+    assert nats == {"ports": tcp, "to": [yaml.safe_load(nats_peer)]}
+    assert api == {"ports": [{"port": p, "protocol": "TCP"} for p in (443, 6443)]}
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    bare = one(
+        helm.render(
+            {
+                "networkPolicy.enabled": "true",
+                "networkPolicy.dns": "false",
+                "metrics.enabled": "false",
+            }
+        ),
+        "NetworkPolicy",
+    )
+    assert len(bare["spec"]["egress"]) == 2
+    assert not bare["spec"]["ingress"]  # nothing may connect to the pod
+
+
+def test_peering_without_helm_hook_or_lookup(helm: Helm) -> None:
+    """For Argo CD: `helm template` output that does not depend on what the cluster holds, and
+    no hook that would be deleted and created again on every sync."""
+    values = {"replicaCount": "2", "peering.helmHook": "false"}
+    fresh = helm.render(values)
+    existing = helm.render(values, "--api-versions", "kopf.dev/v1/ClusterKopfPeering")
+    assert fresh == existing
+    peering = one(fresh, "ClusterKopfPeering", "jso-jetstream-operator")
+    annotations = peering["metadata"]["annotations"]
+    assert not [key for key in annotations if key.startswith("helm.sh/")]
+    assert annotations["argocd.argoproj.io/sync-options"] == "SkipDryRunOnMissingResource=true"
+    assert not find(helm.render({**values, "peering.create": "false"}), "ClusterKopfPeering")
+
+
+def test_aggregated_roles_cover_every_kind(helm: Helm) -> None:
+    plurals = sorted(
+        yaml.safe_load(path.read_text())["spec"]["names"]["plural"]
+        for path in crd_paths(CHART_CRDS)
+    )
+    objects = helm.render()
+    view = one(objects, "ClusterRole", "jso-jetstream-operator-view")
+    edit = one(objects, "ClusterRole", "jso-jetstream-operator-edit")
+    prefix = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k for k, v in view["metadata"]["labels"].items() if k.startswith(prefix) and v} == {
+        f"{prefix}view",
+        f"{prefix}edit",
+        f"{prefix}admin",
+    }
+    assert {k for k in edit["metadata"]["labels"] if k.startswith(prefix)} == {
+        f"{prefix}edit",
+        f"{prefix}admin",
+    }
+    assert sorted(view["rules"][0]["resources"]) == sorted(
+        plurals + [f"{plural}/status" for plural in plurals]
+    )
+    assert sorted(edit["rules"][0]["resources"]) == plurals
+    assert "escalate" not in edit["rules"][0]["verbs"]
+    assert not find(
+        helm.render({"rbac.aggregateToDefaultRoles": "false"}),
+        "ClusterRole",
+        "jso-jetstream-operator-view",
+    )
+
+
+def granted(rules: list[dict[str, Any]], resource: str) -> set[str]:
+    """The verbs `rules` grant on a resource (such as `natsconnections/status`)."""
+    return {verb for rule in rules if resource in rule["resources"] for verb in rule["verbs"]}
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED])
+def test_a_release_that_only_reads_connections_may_only_read_them(
+    helm: Helm, values: dict[str, str]
+) -> None:
+    """With operator.manageConnections=false another release writes the NatsConnections and
+    holds their Secrets: the API server refuses this one's writes to them, not only its code."""
+    kind = "Role" if values else "ClusterRole"  # namespaced: one Role per watched namespace
+    managing = find(helm.render(values), kind, "jso-jetstream-operator")
+    reading = find(
+        helm.render({**values, "operator.manageConnections": "false"}),
+        kind,
+        "jso-jetstream-operator",
+    )
+    assert len(managing) == len(reading) == (len(WATCHED) if values else 1)
+    for manager, reader in zip(managing, reading, strict=True):
+        assert {"patch", "update"} <= granted(manager["rules"], "natsconnections/status")
+        assert granted(manager["rules"], "secrets") == {"get", "patch"}
+        assert granted(reader["rules"], "natsconnections") == {"get", "list", "watch"}
+        assert granted(reader["rules"], "natsconnections/status") == set()
+        assert granted(reader["rules"], "secrets") == {"get"}
+        for resource in ("streams", "streams/status", "consumers/status", "events"):
+            assert granted(reader["rules"], resource) == granted(manager["rules"], resource)
