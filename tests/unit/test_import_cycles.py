@@ -1,17 +1,24 @@
-"""No import cycle in the shipped packages, counting every import: those inside functions and
-under TYPE_CHECKING too, since a cycle hidden there still ties two modules' designs together."""
+"""No import cycle in the project's packages (the operator, the Spark data source, the dev
+tools), counting every import: those inside functions and under TYPE_CHECKING too, since a cycle
+hidden there still ties two modules' designs together. bench/ has its own check
+(test_bench_layout.py)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parents[2] / "operator"
-PACKAGES = ("jetstream_operator", "jetstream_spark")
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {
+    "jetstream_operator": ROOT / "operator",
+    "jetstream_spark": ROOT / "operator",
+    "jetstream_devtools": ROOT / "devtools",
+}
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(SOURCE).with_suffix("").parts)
+    source = next(root for package, root in PACKAGES.items() if (root / package) in path.parents)
+    parts = list(path.relative_to(source).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -42,7 +49,7 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    paths = [path for package in PACKAGES for path in (SOURCE / package).rglob("*.py")]
+    paths = [path for package, root in PACKAGES.items() for path in (root / package).rglob("*.py")]
     known = {module_name(path) for path in paths}
     return {module_name(path): imports_of(path, known) for path in paths}
 
@@ -86,8 +93,9 @@ def test_the_checker_sees_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_import_cycle_in_the_shipped_packages() -> None:
+def test_no_import_cycle_in_the_projects_packages() -> None:
     graph = import_graph()
     assert "jetstream_operator.passes.envelope" in graph  # the walk found the packages
+    assert "jetstream_devtools.controlplane" in graph
     assert graph["jetstream_operator.main"]  # and their imports
     assert cycles(graph) == []
