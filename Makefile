@@ -62,9 +62,13 @@ status: venv
 SYSTEM_TESTS := tests/delivery/test_dockerfile.py tests/e2e_image tests/integration/test_cli_dev.py \
   tests/argocd tests/spark/test_cluster.py
 SLOWEST := --durations=20
+# make test runs test files on this many pytest-xdist workers, each with its own kube-apiserver,
+# nats-servers and operator (session fixtures are per worker): the suite mostly waits on them.
+TEST_WORKERS ?= 2
 
 test: lint tools
-	$(VENV)/bin/pytest $(SLOWEST) tests $(addprefix --ignore=,$(SYSTEM_TESTS))
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(SLOWEST) tests \
+	  $(addprefix --ignore=,$(SYSTEM_TESTS))
 
 test-systems: tools
 	$(VENV)/bin/pytest $(SLOWEST) -rs $(SYSTEM_TESTS)
