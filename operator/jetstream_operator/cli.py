@@ -87,6 +87,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from .kopf_adaptations import STREAMLINED_WORKERS, adapt_kopf
     from .memory import shrink_tls_read_buffers
+    from .services import SharedMemo
     from .settings import OperatorSettings
 
     try:
@@ -119,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         standalone=not settings.peering,
         peering_name=settings.peering,
         priority=settings.priority,
-        memo=handlers.SharedMemo(),
+        memo=SharedMemo(),
     )
     return 0
 

@@ -12,15 +12,12 @@ from . import GROUP, VERSION
 from .api.kinds import CONSUMER, NATS_CONNECTION
 from .k8s.login import credentials, limited_session
 from .k8s.selection import LabelSelection
-from .marks import FINALIZER
 from .passes import connection, consumer, stream_backed
 from .passes.envelope import KopfCall
 from .reconcile.backed import STREAM_BACKED, StreamBackedKind
 from .services import SharedMemo
 from .settings import OperatorSettings
 from .wiring import observe, observed, request_limit, start, stop
-
-__all__ = ["FINALIZER", "STREAM_BACKED_HANDLERS", "SharedMemo", "serve_connections", "serve_events"]
 
 HANDLER_RECONCILE = "reconcile"
 HANDLER_FINALIZE = "finalize"

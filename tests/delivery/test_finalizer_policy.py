@@ -12,7 +12,7 @@ from kopf._cogs.structs.references import NamespaceName, match_namespace
 
 from jetstream_devtools import admission
 from jetstream_operator.api.crdgen import all_crds
-from jetstream_operator.main import FINALIZER
+from jetstream_operator.marks import FINALIZER
 from jetstream_operator.settings import OperatorSettings
 
 from .helpers import Helm, container_env, find, one, run

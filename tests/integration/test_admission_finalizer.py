@@ -14,7 +14,7 @@ from nats.aio.client import Client
 
 from jetstream_devtools import admission
 from jetstream_devtools.gobuild import ensure_tools
-from jetstream_operator.main import FINALIZER
+from jetstream_operator.marks import FINALIZER
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .helpers import Resources, eventually, is_ready

@@ -109,7 +109,7 @@ async def test_every_resource_shares_the_operators_memo() -> None:
     from kopf._cogs.structs.ephemera import AnyMemo
     from kopf._core.reactor.inventory import ResourceMemories
 
-    from jetstream_operator.main import SharedMemo
+    from jetstream_operator.services import SharedMemo
 
     memo = SharedMemo()
     memo.registry = {}
