@@ -72,9 +72,9 @@ def operator_on_cluster(
     every earlier test's resources it would first fill the cluster with their streams, and a
     leader election under that load takes minutes on two cores.
 
-    Started after the test's namespace exists: kopf (1.45) lists namespaces, then lists again
-    to start its namespace watch and ignores what that second list holds, so a namespace made
-    between the two, milliseconds after start-up, is never watched."""
+    Started after the test's namespace exists. kopf (1.45) alone would miss a namespace made
+    between its two listings at start-up; kopf_adaptations.notice_late_namespaces now serves
+    it, and this order keeps the test independent of that adaptation."""
     urls = ",".join(nats_cluster.urls)
     namespaces = f"{CLUSTER_NAMESPACE_PREFIX}*"
     with operator_variant(
