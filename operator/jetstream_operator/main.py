@@ -13,7 +13,7 @@ from .api.kinds import CONSUMER, NATS_CONNECTION
 from .k8s.login import credentials, limited_session
 from .k8s.selection import LabelSelection
 from .passes import connection, consumer, stream_backed
-from .passes.envelope import KopfCall
+from .passes.from_kopf import KopfCall
 from .reconcile.backed import STREAM_BACKED, StreamBackedKind
 from .services import SharedMemo
 from .settings import OperatorSettings

@@ -365,46 +365,6 @@ async def test_a_rejected_update_waits_its_backoff_whether_a_listing_or_an_info_
     assert server.sent("UPDATE") == 1
 
 
-async def test_a_moved_stream_or_consumer_is_refused_naming_both_connections() -> None:
-    """Where no admission policy refuses a new spec.connectionRef, the operator must: the
-    object would be made again on the other system and left behind on the first."""
-    server = FakeJetStream()
-    made = {"streamName": "ORDERS", "connectionRef": ""}
-    stream = await stream_handlers.reconcile(
-        STREAM_KIND,
-        {"name": "ORDERS", "connectionRef": "other"},
-        OWNER,
-        as_api(server),
-        history=history(FailureMemory(), **made),
-    )
-    assert (stream.outcome.reason, stream.outcome.stalled) == ("ImmutableFieldChanged", True)
-    assert "spec.connectionRef changed from '' to 'other'" in stream.outcome.message
-    assert "the operator's default connection" in stream.outcome.message
-    assert "NatsConnection 'other'" in stream.outcome.message
-    consumer = await consumer_handlers.reconcile(
-        {"durableName": "reader", "streamName": "ORDERS"},
-        OWNER,
-        as_api(server),
-        stream_name="ORDERS",
-        history=history(
-            FailureMemory(), streamName="ORDERS", consumerName="reader", connectionRef="east"
-        ),
-    )
-    assert consumer.outcome.reason == "ImmutableFieldChanged"
-    assert "from 'east' to ''" in consumer.outcome.message
-    assert server.requests == []
-    # A read-only operator made nothing, so it may look wherever the spec points.
-    looked = await stream_handlers.reconcile(
-        STREAM_KIND,
-        {"name": "ORDERS", "connectionRef": "other"},
-        OWNER,
-        as_api(server),
-        read_only=True,
-        history=history(FailureMemory(), **made),
-    )
-    assert looked.outcome.reason == "ReadOnly", looked.outcome
-
-
 async def test_status_without_a_recorded_connection_refuses_no_move() -> None:
     """Status written before the connection was recorded says nothing of where the object
     lives; so does a status whose pass never reached an object."""

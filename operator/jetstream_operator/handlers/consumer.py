@@ -35,7 +35,7 @@ from ..reconcile.consumer_plan import (
 )
 from ..reconcile.live_state import existed_before
 from ..reconcile.ownership import Owner, recorded_owner
-from ..reconcile.renames import moved, renamed, restreamed
+from ..reconcile.renames import renamed, restreamed
 from ..reconcile.stream_config import without_server_metadata
 from .failures import Basis, History, creates_unlooked, failure_basis
 from .results import (
@@ -119,11 +119,11 @@ async def reconcile(
         return _settled(history, owner, None, None, result)
     name = consumer_spec.durable_name
     status = history.status if history is not None else {}
-    refusal = (
-        renamed("durableName", status.get("consumerName"), name, "consumer", "Consumer")
-        or restreamed(spec, status, stream_name or consumer_spec.stream_name)
-        or (None if read_only else moved(spec, status, "Consumer"))
-    )
+    refusal = renamed(
+        "durableName", status.get("consumerName"), name, "consumer", "Consumer"
+    ) or restreamed(
+        spec, status, stream_name or consumer_spec.stream_name
+    )  # a move to another connection is refused before: `passes.envelope`
     if refusal is not None:
         result = needs_a_person(refusal.reason, refusal.message())
         return _settled(history, owner, None, None, result)

@@ -22,7 +22,7 @@ from ..reconcile.live_state import (
 )
 from ..reconcile.ownership import Owner, recorded_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
-from ..reconcile.renames import Refused, moved
+from ..reconcile.renames import Refused
 from ..reconcile.stream_config import without_server_metadata
 from ..reconcile.stream_plan import (
     CreateStream,
@@ -86,9 +86,7 @@ async def reconcile(
         result = Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
         return _settled(history, owner, None, result)
     status = history.status if history is not None else {}
-    refusal = kind.renamed(spec, status) or (
-        None if read_only else moved(spec, status, kind.resource.kind)
-    )
+    refusal = kind.renamed(spec, status)  # a move to another connection: `passes.envelope`
     if refusal is not None:
         return _settled(history, owner, None, needs_a_person(refusal.reason, refusal.message()))
     name = stream_spec.name

@@ -15,7 +15,6 @@ import kopf
 
 from ..api.kinds import CONSUMER, NATS_CONNECTION
 from ..handlers import connection_check
-from ..handlers.failures import NO_BASIS
 from ..handlers.registry import spec_connection_key
 from ..handlers.results import Result
 from ..handlers.status_writes import status_patch
@@ -24,7 +23,7 @@ from ..nats.pool import ConnectionTarget
 from ..reconcile.backed import STREAM_BACKED
 from ..reconcile.conditions import Outcome
 from ..services import SharedMemo
-from .envelope import KopfCall, report_to_kopf
+from .from_kopf import KopfCall, run_kopf_work
 
 logger = logging.getLogger(__name__)
 
@@ -170,15 +169,18 @@ async def _release_secrets(
 async def reconcile_connection(call: KopfCall, old: Mapping[str, Any] | None) -> None:
     """Check the connection with its Secrets, and let go of those it no longer names."""
     memo, spec, namespace, name = call.memo, call.spec, call.namespace, call.name
-    started = time.perf_counter()
-    result = await _check_connection(memo, spec, namespace, name)
-    assert result is not None  # only a recheck may find nothing to ask
-    dropped = connection_check.secret_names((old or {}).get("spec") or {}) - (
-        connection_check.secret_names(spec)
-    )
-    if dropped:
-        await _release_secrets(memo, namespace, dropped, leaving="")
-    report_to_kopf(result, call, NATS_CONNECTION.kind, started)
+
+    async def check() -> Result:
+        result = await _check_connection(memo, spec, namespace, name)
+        assert result is not None  # only a recheck may find nothing to ask
+        dropped = connection_check.secret_names((old or {}).get("spec") or {}) - (
+            connection_check.secret_names(spec)
+        )
+        if dropped:
+            await _release_secrets(memo, namespace, dropped, leaving="")
+        return result
+
+    await run_kopf_work(NATS_CONNECTION, memo.natsconnections, check, call)
 
 
 async def recheck_connection(
@@ -214,29 +216,26 @@ async def recheck_connection(
 async def finalize_connection(call: KopfCall) -> None:
     """A connection goes only after the Streams and Consumers using it are gone, as a
     PersistentVolumeClaim waits for its pods, so their deletion in NATS can still connect."""
-    started = time.perf_counter()
     memo, spec, meta, namespace, name = call.memo, call.spec, call.meta, call.namespace, call.name
-    released_by_person = meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true"
-    users = [] if released_by_person else await _connection_users(memo, namespace, name)
-    if users:
-        shown = ", ".join(users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
-        result = Result(
-            Outcome(
-                False,
-                "InUse",
+
+    async def release() -> Result:
+        released_by_person = meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true"
+        users = [] if released_by_person else await _connection_users(memo, namespace, name)
+        if users:
+            shown = ", ".join(users[:10]) + (
+                f" and {len(users) - 10} more" if len(users) > 10 else ""
+            )
+            message = (
                 f"NatsConnection {name} is still used by {shown}; it is deleted once they are "
-                "(delete them, or point them at another connection)",
-            ),
-            retry=True,
-        )
-    else:
+                "(delete them, or point them at another connection)"
+            )
+            return Result(Outcome(False, "InUse", message), retry=True)
         await _switch_connection(memo, (namespace, name), None)
         memo.connection_probed.pop((namespace, name), None)
         await _release_secrets(memo, namespace, connection_check.secret_names(spec), leaving=name)
-        result = Result(Outcome(True, "Deleted", f"NatsConnection {name} released"))
-    memory = memo.failures.for_connection(None)
-    result = memory.settle(str(meta.get("uid", "")), NO_BASIS, result)
-    report_to_kopf(result, call, NATS_CONNECTION.kind, started, deleting=True)
+        return Result(Outcome(True, "Deleted", f"NatsConnection {name} released"))
+
+    await run_kopf_work(NATS_CONNECTION, memo.natsconnections, release, call, deleting=True)
 
 
 async def _connection_users(memo: SharedMemo, namespace: str, name: str) -> list[str]:

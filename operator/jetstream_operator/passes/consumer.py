@@ -27,7 +27,7 @@ from ..reconcile.ownership import Owner
 from ..reconcile.renames import managed_stream
 from ..services import SharedMemo
 from ..settings import OperatorSettings
-from .envelope import MADE, KopfCall, run_pass
+from .from_kopf import MADE, KopfCall, run_pass
 
 logger = logging.getLogger(__name__)
 

@@ -1,11 +1,9 @@
-"""What every pass of a Stream-like resource or a Consumer does around its kind's own work:
-honour the pause and release annotations, hold the resource's lock, find its connection,
-settle failures, and report into status, Events and metrics.
-
-kopf's events run `run_pass`; the drift watchers' triggers (advisories, resyncs, recounts,
-retries) run `repair.Repairer`, which takes the same decisions and accounting from here and
-differs only where the trigger does: it is given the server's state it already listed, and
-writes status itself (under the status budget) where kopf's pass hands kopf a patch."""
+"""The one envelope every pass runs in, whatever triggered it: a kopf event (`from_kopf`), or
+an advisory, a resync, a recount or a retry of the drift watchers (`repair`). A trigger turns
+what it saw into a `Unit`, and says only how to do the work (which connection, what it knows
+already) and where the status goes (kopf's patch, or a write under the status budget). The
+decisions taken before NATS is asked (release, pause, a refused move), the resource's lock,
+failure memory, metrics and Events are taken here, once, the same way for every trigger."""
 
 from __future__ import annotations
 
@@ -16,193 +14,142 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import kopf
-
+from .. import API_VERSION, metrics
 from ..api.kinds import ResourceKind
-from ..handlers.failures import NO_BASIS, History
-from ..handlers.registry import ConnectionKey, ResourceRegistry, spec_connection_key
-from ..handlers.results import (
-    Result,
-    deletion_blocked,
-    needs_a_person,
-    released,
-    unavailable,
-)
-from ..handlers.status_writes import status_changes
+from ..handlers.failures import NO_BASIS, FailureMemory, History, failure_basis
+from ..handlers.registry import ConnectionKey, TrackedResource, connection_key
+from ..handlers.results import Result, needs_a_person, paused, released
 from ..k8s.status import EventSink
-from ..marks import FINALIZER, RELEASE_ANNOTATION
-from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
+from ..marks import PAUSE_ANNOTATION, RELEASE_ANNOTATION
 from ..reconcile.ownership import Owner
-from ..reconcile.renames import managed_connection, moved
-from ..services import SharedMemo
-from ..settings import OperatorSettings
-from .accounting import account, paused_by, post_events
+from ..reconcile.renames import moved
 
-Work = Callable[[JetStreamApi, Owner, OperatorSettings, History], Awaitable[Result]]
-"""A kind's own part of a pass, given the connection's JetStream API and what it needs."""
+Work = Callable[[], Awaitable[Result | None]]
+"""The trigger's part inside the lock. None: nothing to report (a newer look already did)."""
 
-MADE = frozenset({"Created", "Recreated"})
-"""Event reasons of a pass that made its stream or consumer in NATS."""
-
-RETRY_FALLBACK = 5.0
-"""Seconds before kopf retries a deletion whose pass set no delay of its own."""
+Delivery = Callable[[Result], Awaitable[None]]
+"""Where the trigger's status goes: into kopf's patch, or written under the status budget."""
 
 
 @dataclass(frozen=True)
-class KopfCall:
-    """What kopf handed a resource's handler, as one value for the pass to take."""
+class Unit:
+    """One resource's pass: the resource as its trigger saw it, with what every step of the
+    pass needs worked out once."""
 
-    spec: kopf.Spec
-    meta: kopf.Meta
-    status: kopf.Status
-    memo: SharedMemo
-    body: kopf.Body
-    patch: kopf.Patch
-    namespace: str
-    name: str
-    reason: str
-
-    @cached_property
-    def connection(self) -> ConnectionKey:
-        """The connection the spec names, worked out once per pass."""
-        return spec_connection_key(self.namespace, self.spec)
+    kind: ResourceKind
+    owner: Owner
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    generation: int | None
+    annotations: Mapping[str, Any]
+    connection: ConnectionKey
+    lock: asyncio.Lock
+    memory: FailureMemory
+    deleting: bool = False
 
     @classmethod
-    def of(
-        cls,
-        spec: kopf.Spec,
-        meta: kopf.Meta,
-        status: kopf.Status,
-        memo: SharedMemo,
-        kwargs: Mapping[str, Any],
-    ) -> KopfCall:
+    def tracked(cls, kind: ResourceKind, resource: TrackedResource, memory: FailureMemory) -> Unit:
+        """A resource as the registry last saw it (the drift watchers' triggers)."""
+        metadata = resource.body.get("metadata") or {}
         return cls(
-            spec,
-            meta,
-            status,
-            memo,
-            kwargs["body"],
-            kwargs["patch"],
-            kwargs["namespace"] or "",
-            kwargs["name"] or "",
-            kwargs["reason"],
+            kind,
+            resource.owner,
+            resource.spec,
+            resource.status,
+            resource.generation,
+            metadata.get("annotations") or {},
+            connection_key(resource),
+            resource.lock,
+            memory,
+            resource.deleting,
         )
 
+    @cached_property
+    def history(self) -> History:
+        return History(self.generation, self.status, self.memory)
 
-def owner_of(meta: kopf.Meta, namespace: str | None, name: str | None) -> Owner:
-    return Owner(namespace or "", name or "", str(meta.get("uid", "")))
+    def annotation(self, key: str) -> str:
+        return str(self.annotations.get(key, ""))
+
+    @property
+    def what(self) -> str:
+        named = self.spec.get("name") or self.spec.get("bucket") or self.spec.get("durableName")
+        return f"{self.kind.singular} {named}"
+
+    def reference(self) -> dict[str, Any]:
+        """The object the pass's Events are about."""
+        owner = self.owner
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.kind.kind,
+            "metadata": {"namespace": owner.namespace, "name": owner.name, "uid": owner.uid},
+        }
 
 
-async def jetstream_for(memo: SharedMemo, namespace: str, spec: Mapping[str, Any]) -> JetStreamApi:
-    return await memo.pool.jetstream(await memo.directory.target_for(namespace, spec))
+def paused_by(
+    annotation_of: Callable[[str], str], annotation: str = PAUSE_ANNOTATION
+) -> Result | None:
+    """A resource a person paused: nothing is asked of NATS."""
+    if annotation and annotation_of(annotation).lower() == "true":
+        return paused(annotation)
+    return None
 
 
-def ready_as_is(status: Mapping[str, Any], generation: int | None) -> bool:
-    """Ready for the current generation, as the last operator left it."""
-    if status.get("observedGeneration") != generation:
-        return False
-    return any(
-        condition.get("type") == "Ready" and condition.get("status") == "True"
-        for condition in status.get("conditions") or []
-    )
+def decided(
+    unit: Unit, *, read_only: bool, pause_annotation: str = PAUSE_ANNOTATION
+) -> Result | None:
+    """What the pass comes to without asking NATS: a release a person asked for, a pause, or
+    a move to another connection refused (before the connection is looked up: the new one
+    may not even exist). A read-only operator made nothing, so it may look wherever the spec
+    points."""
+    if unit.deleting:
+        if unit.annotation(RELEASE_ANNOTATION).lower() == "true":
+            return released(unit.what, RELEASE_ANNOTATION)
+        return None
+    pause = paused_by(unit.annotation, pause_annotation)
+    if pause is not None:
+        return pause
+    move = None if read_only else moved(unit.spec, unit.status, unit.kind.kind)
+    if move is None:
+        return None
+    refusal = needs_a_person(move.reason, move.message())
+    basis = failure_basis(unit.generation, None)
+    return unit.memory.settle(unit.owner.uid, basis, refusal, unit.history.ready_condition())
 
 
-async def run_pass(
-    kind: ResourceKind,
-    registry: ResourceRegistry,
+async def run(
+    unit: Unit,
     work: Work,
-    call: KopfCall,
-    *,
-    deleting: bool,
-) -> None:
-    """One pass of a Stream-like resource or a Consumer, as kopf triggers it."""
-    spec, meta, status, memo = call.spec, call.meta, call.status, call.memo
-    started = time.perf_counter()
-    settings = memo.settings
-    owner = owner_of(meta, call.namespace, call.name)
-    if call.reason == kopf.Reason.RESUME and not deleting:
-        if ready_as_is(status, meta.get("generation")):
-            return  # drift repair's first listing checks it, at a page per 256 resources
-        await asyncio.sleep(memo.resume_pace.wait())
-    memory = memo.failures.for_connection(call.connection)
-    history = History(meta.get("generation"), status, memory)
-    named = spec.get("name") or spec.get("bucket") or spec.get("durableName")
-    what = f"{kind.singular} {named}"
-    if deleting and meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true":
-        result = released(what, RELEASE_ANNOTATION)
-    elif not deleting and (pause := paused_by(lambda key: meta.annotations.get(key, ""))):
-        result = pause
-    elif not deleting and not settings.read_only and (move := moved(spec, status, kind.kind)):
-        # Before the connection is looked up: the new one may not even exist. A read-only
-        # operator made nothing, so it may look wherever the spec points.
-        refusal = needs_a_person(move.reason, move.message())
-        result = memory.settle(owner.uid, NO_BASIS, refusal, history.ready_condition())
-    else:
-        async with registry.lock(owner.uid):
-            watcher = memo.watchers.get(call.connection)
-            if watcher is not None:
-                watcher.looking(owner.uid)
-            try:
-                # A deletion deletes what the resource manages, through the connection it
-                # was made through, wherever the spec points now (a refused move).
-                target = managed_connection(spec, status) if deleting else spec
-                jetstream = await jetstream_for(memo, owner.namespace, target)
-                if watcher is not None:
-                    jetstream = jetstream.noting_writes(watcher.own_writes)
-                result = await work(jetstream, owner, settings, history)
-            except JetStreamUnavailable as error:
-                result = deletion_blocked(what, error) if deleting else unavailable(error)
-                if not deleting:
-                    result = memory.settle(owner.uid, NO_BASIS, result)
-    if deleting:
-        result = memory.settle(owner.uid, NO_BASIS, result, history.ready_condition())
-    report_to_kopf(result, call, kind.kind, started, deleting=deleting)
-
-
-def report_to_kopf(
-    result: Result, call: KopfCall, kind: str, started: float, deleting: bool = False
-) -> None:
-    """`report`, into the patch kopf writes after the handler of `call`."""
-    report(
-        result,
-        kind=kind,
-        started=started,
-        body=call.body,
-        patch=call.patch,
-        status=call.status,
-        generation=call.meta.get("generation"),
-        deleting=deleting,
-        events=call.memo.events,
-    )
-
-
-def report(
-    result: Result,
-    *,
-    kind: str,
-    started: float,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    status: kopf.Status,
-    generation: int | None,
+    deliver: Delivery,
     events: EventSink,
-    deleting: bool = False,
-) -> None:
-    """Write what changed into status and post events. Only a deletion is retried through
-    kopf (its finalizer must stay until done); every other retry belongs to drift repair's
-    failure memory, which backs off without writing anything in between."""
-    account(kind, result, started)
-    if not gone_after(body, deleting, result):
-        for key, value in status_changes(status, result, generation, body.get("spec")).items():
-            patch.status[key] = value
-    post_events(events, body, result)
-    if deleting and result.retry:
-        raise kopf.TemporaryError(result.outcome.message, delay=result.delay or RETRY_FALLBACK)
-
-
-def gone_after(body: Mapping[str, Any], deleting: bool, result: Result) -> bool:
-    """A deletion done, with no finalizer but ours: the object is gone once kopf removes it, so
-    a status written now would be read by no one and cost a write per resource. Its Events stay.
-    """
-    finalizers = (body.get("metadata") or {}).get("finalizers") or []
-    return deleting and not result.retry and all(each == FINALIZER for each in finalizers)
+    *,
+    read_only: bool,
+    pause_annotation: str = PAUSE_ANNOTATION,
+    decisions: bool = True,
+) -> Result | None:
+    """One pass: decide, or do the work under the resource's lock; then account for it,
+    deliver its status and post its Events. `decisions` is False for kinds that hold nothing
+    in NATS (a NatsConnection): there is nothing to pause or move."""
+    started = time.perf_counter()
+    result = (
+        decided(unit, read_only=read_only, pause_annotation=pause_annotation) if decisions else None
+    )
+    if result is None:
+        async with unit.lock:
+            result = await work()
+        if result is None:
+            return None
+    if unit.deleting:
+        shown = unit.history.ready_condition()
+        result = unit.memory.settle(unit.owner.uid, NO_BASIS, result, shown)
+    metrics.observe(
+        unit.kind.kind,
+        result.outcome.reason,
+        (event.reason for event in result.events),
+        time.perf_counter() - started,
+    )
+    await deliver(result)
+    reference = unit.reference()
+    for event in result.events:
+        events.post(reference, event.type, event.reason, event.message)
+    return result

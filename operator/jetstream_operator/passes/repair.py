@@ -1,7 +1,6 @@
-"""One resource's drift pass: reconcile it against what a listing or an advisory told, then
-write its status and events. Every trigger of the drift watcher (a resync, an advisory, a
-recount, a retry) ends here, so the ordering of looks and the pause are kept in one place.
-"""
+"""The drift watchers' triggers (a resync, an advisory, a recount, a retry) as a trigger of the
+one pass (`envelope.run`): the work brings what a listing told into the kind's driver, unless a
+newer look already reported; the status is written under the status budget."""
 
 from __future__ import annotations
 
@@ -9,28 +8,19 @@ import asyncio
 import inspect
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from .. import API_VERSION
 from ..api.kinds import CONSUMER, ResourceKind
-from ..handlers import consumer as consumer_handlers
-from ..handlers import stream as stream_handlers
-from ..handlers.failures import FailureMemory, History
-from ..handlers.registry import (
-    ConnectionKey,
-    ResourceRegistry,
-    TrackedResource,
-    connection_key,
-    consumer_stream,
-)
+from ..handlers.failures import FailureMemory
+from ..handlers.registry import ConnectionKey, ResourceRegistry, TrackedResource, connection_key
 from ..handlers.results import Result
 from ..handlers.status_writes import StatusBudget, status_patch
 from ..k8s.status import EventSink, ResourceWriter
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..reconcile.backed import STREAM_KIND, StreamBackedKind
-from .accounting import account, paused_by, post_events
+from .drivers import Seen, drift_drivers
+from .envelope import Unit, run
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +76,7 @@ class Repairer:
         self.backed = dict(backed)
         self.streams = self.backed[STREAM_KIND]
         self.consumers = consumers
-        self._by_resource = {kind.resource.kind: kind for kind in self.backed}
+        self._drivers = drift_drivers(self.backed, self.streams, explained)
         self._writer = writer
         self._events = events
         self._connection = connection
@@ -94,7 +84,6 @@ class Repairer:
         self._pause_annotation = pause_annotation
         self._failures = failures
         self._budget = budget
-        self._explained = explained
         self._looked_at: dict[str, float] = {}
 
     def belongs(self, resource: TrackedResource) -> bool:
@@ -136,46 +125,6 @@ class Repairer:
         if written:
             resource.body = {**resource.body, "status": {**resource.status, **patch}}
 
-    async def _reconcile(
-        self,
-        kind: ResourceKind,
-        resource: TrackedResource,
-        jetstream: JetStreamApi,
-        known: Mapping[str, Any] | None,
-        known_stream: Mapping[str, Any] | None = None,
-    ) -> Result:
-        read_only = self._read_only
-        history = History(resource.generation, resource.status, self._failures)
-        backed = self._by_resource.get(kind.kind)
-        if backed is not None:
-            return await stream_handlers.reconcile(
-                backed,
-                resource.spec,
-                resource.owner,
-                jetstream,
-                drift=True,
-                known_info=known,
-                read_only=read_only,
-                history=history,
-            )
-        explanation = self._explained(resource.owner.uid) if self._explained else None
-
-        async def unresolved_ref(_: str) -> str | None:
-            return explanation
-
-        return await consumer_handlers.reconcile(
-            resource.spec,
-            resource.owner,
-            jetstream,
-            stream_name=consumer_stream(resource, self.streams),
-            drift=True,
-            known_info=known,
-            known_stream_info=known_stream,
-            read_only=read_only,
-            history=history,
-            unresolved_ref=unresolved_ref if explanation else None,
-        )
-
     async def repair(
         self,
         kind: ResourceKind,
@@ -208,28 +157,29 @@ class Repairer:
         known_stream: Mapping[str, Any] | None,
         as_of: float | None = None,
     ) -> None:
-        started = time.perf_counter()
-        async with resource.lock:
-            uid = resource.owner.uid
+        unit = Unit.tracked(kind, resource, self._failures)
+        driver = self._drivers[kind.kind]
+
+        async def looked_at() -> Result | None:
+            uid = unit.owner.uid
             looked = asyncio.get_running_loop().time() if known is None else as_of
             if looked is not None:
                 if looked < self._looked_at.get(uid, -math.inf):
-                    return  # a newer look already wrote what this one knows
+                    return None  # a newer look already wrote what this one knows
                 self._looked_at[uid] = looked
-            result = paused_by(resource.annotation, self._pause_annotation) or (
-                await self._reconcile(kind, resource, jetstream, known, known_stream)
-            )
-            account(kind.kind, result, started)
+            seen = Seen(resource, known, known_stream)
+            return await driver.repair(unit, jetstream, seen, read_only=self._read_only)
+
+        async def written(result: Result) -> None:
             patch = status_patch(resource, result, self._budget)
             if patch is not None:
                 await self._write(kind, resource, patch)
-            reference = {
-                "apiVersion": API_VERSION,
-                "kind": kind.kind,
-                "metadata": {
-                    "namespace": resource.owner.namespace,
-                    "name": resource.owner.name,
-                    "uid": resource.owner.uid,
-                },
-            }
-            post_events(self._events, reference, result)
+
+        await run(
+            unit,
+            looked_at,
+            written,
+            self._events,
+            read_only=self._read_only,
+            pause_annotation=self._pause_annotation,
+        )

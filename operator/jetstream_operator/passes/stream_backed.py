@@ -15,7 +15,7 @@ from ..nats.jsapi import JetStreamApi
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.ownership import Owner
 from ..settings import OperatorSettings
-from .envelope import KopfCall, run_pass
+from .from_kopf import KopfCall, run_pass
 
 GATHER_TIMEOUT = 5.0
 """How long a new stream's handler waits for the consumers applied with it before it writes
