@@ -19,7 +19,7 @@ from tests.conftest import TARGET
 from tests.support.operator import admin_client, operator_running, operator_variant
 from tests.support.targets import ExistingNats
 
-from .helpers import Resources
+from .helpers import Resources, empty_namespace
 
 _namespaces = itertools.count()
 CLUSTER_NAMESPACE_PREFIX = "cl"
@@ -85,10 +85,12 @@ def operator_on_cluster(
 
 @pytest.fixture
 def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test, so tests never see each other's resources.
+    """A fresh namespace per test, so tests never see each other's resources. At the end the
+    test's objects are deleted and finalized by the operator (`empty_namespace`), so nothing
+    accumulates on a worker's servers from test to test.
 
-    On an existing cluster it is deleted afterwards, while the operator still runs to finalize
-    what is in it; the suite's own API server has no namespace controller, so there it stays.
+    On an existing cluster the namespace is deleted afterwards; the suite's own API server has
+    no namespace controller, so there the empty namespace stays.
     """
     readable = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().replace("_", "-"))
     prefix = CLUSTER_NAMESPACE_PREFIX if "nats_cluster" in request.fixturenames else "t"
@@ -96,6 +98,7 @@ def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> I
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
+    empty_namespace(api_client, name)
     if TARGET is not None:
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(name)

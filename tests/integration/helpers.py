@@ -167,12 +167,17 @@ def stream_manifest(name: str, stream: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+AUTHENTICATION = ("userPassword", "token", "nkey", "creds")
+
+
 def nats_connection(name: str, servers: list[str], **spec: Any) -> dict[str, Any]:
-    """A NatsConnection manifest."""
+    """A NatsConnection manifest. With credentials it allows plain text: the suite's servers
+    listen on loopback without TLS."""
+    plaintext = any(key in spec for key in AUTHENTICATION) and "tls" not in spec
     return {
         "kind": "NatsConnection",
         "metadata": {"name": name},
-        "spec": {"servers": servers, **spec},
+        "spec": {"servers": servers, **({"allowPlaintext": True} if plaintext else {}), **spec},
     }
 
 
@@ -234,3 +239,70 @@ async def event_posted(
         return matching[0] if matching else None
 
     return await eventually(found, timeout=timeout)
+
+
+OUR_PLURALS = ("consumers", "streams", "keyvalues", "objectstores", "natsconnections")
+"""Our kinds, the users of a stream first: they are deleted in this order."""
+
+FINALIZED_WITHIN = 15.0
+"""Seconds a test's leftovers get from the operator to be finalized at its end."""
+
+
+def empty_namespace(
+    api_client: client.ApiClient, namespace: str, timeout: float = FINALIZED_WITHIN
+) -> list[str]:
+    """Delete a test's objects of our kinds and wait until the operator has finalized them,
+    so the next test on this worker starts on servers that hold nothing of this one (the
+    operator keeps no resources of earlier tests, and their deletions are not counted in the
+    next test's figures). Objects still there after `timeout` (a deletion the test blocked,
+    an operator that no longer serves the namespace) lose their finalizers, so the API server
+    forgets them; what they made in NATS stays. Returns what was left, as `plural/name`."""
+    api = client.CustomObjectsApi(api_client)
+    deadline = time.monotonic() + timeout
+
+    def present() -> list[tuple[str, str]] | None:
+        """Our objects in the namespace; None while the API server cannot list them (its
+        CRDs not served yet, after a test restarted it)."""
+        found = []
+        try:
+            for plural in OUR_PLURALS:
+                listed = json_body(
+                    api.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+                )
+                found += [(plural, str(item["metadata"]["name"])) for item in listed["items"]]
+        except ApiException as error:
+            if error.status not in (404, 503):
+                raise
+            return None
+        return found
+
+    def each(call: Callable[[str, str], object], objects: list[tuple[str, str]]) -> None:
+        for plural, name in objects:
+            try:
+                call(plural, name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+    left = present()
+    while left is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = present()
+    if left is None:
+        return []  # nothing can be listed: nothing is left to delete through this server
+    each(
+        lambda plural, name: api.delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name
+        ),
+        left,
+    )
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = present() or []
+    each(
+        lambda plural, name: api.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name, {"metadata": {"finalizers": None}}
+        ),
+        left,
+    )
+    return [f"{plural}/{name}" for plural, name in left]
