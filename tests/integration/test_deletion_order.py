@@ -52,7 +52,11 @@ def token_connection(server: NatsServer) -> dict[str, Any]:
     return {
         "kind": "NatsConnection",
         "metadata": {"name": "tenant"},
-        "spec": {"servers": [server.url], "token": {"secretName": "nats-token", "key": "token"}},
+        "spec": {
+            "servers": [server.url],
+            "allowPlaintext": True,  # loopback, no TLS
+            "token": {"secretName": "nats-token", "key": "token"},
+        },
     }
 
 

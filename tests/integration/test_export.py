@@ -482,7 +482,11 @@ async def test_export_through_a_nats_connection_and_its_secret(
         {
             "kind": "NatsConnection",
             "metadata": {"name": "account-a"},
-            "spec": {"servers": [password_nats.url], "userPassword": {"secretName": "alice"}},
+            "spec": {
+                "servers": [password_nats.url],
+                "allowPlaintext": True,  # loopback, no TLS
+                "userPassword": {"secretName": "alice"},
+            },
         },
     )
     nc = await nats.connect(password_nats.url, user="alice", password=PASSWORD)

@@ -219,11 +219,12 @@ def test_plan_leaves_a_foreign_consumer_alone() -> None:
 
 
 def test_plan_reports_the_other_owner() -> None:
-    other = Owner("team-b", "worker", "uid-2")
+    """Within its namespace; another namespace's owner is not named (test_tenant_leaks)."""
+    other = Owner(OWNER.namespace, "worker-old", "uid-2")
     theirs = info(server_view(desired_consumer_config(spec(), other, "ORDERS")))
     action = plan_consumer(spec(), OWNER, True, theirs)
     assert isinstance(action, OwnedElsewhere)
-    assert "team-b/worker" in action.message()
+    assert f"{OWNER.namespace}/worker-old" in action.message()
     assert isinstance(
         plan_consumer(spec(adoption="IfUnowned"), OWNER, True, theirs), OwnedElsewhere
     )

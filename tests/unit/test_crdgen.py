@@ -89,7 +89,10 @@ def test_the_crds_carry_no_rules_and_each_policy_carries_every_rule_of_its_kind(
         rules = rules_by_path(validated_spec_schema(kind))
         policy, binding = policy_for(kind)
         assert rules, kind.kind
-        (validation,) = policy["spec"]["validations"]
+        validation, *request_checks = policy["spec"]["validations"]
+        assert [(check["expression"], check["messageExpression"]) for check in request_checks] == (
+            list(kind.request_checks)
+        )
         checks = [policy_expression(path, rule["rule"]) for path, rule in rules]
         assert validation["expression"] == " && ".join(f"({check})" for check in checks)
         assert binding["spec"]["policyName"] == policy["metadata"]["name"] == kind.crd_name

@@ -199,6 +199,10 @@ def test_a_nack_account_becomes_a_nats_connection_reading_the_same_secrets() -> 
         "usernameKey": "name",
         "passwordKey": "pw",
     }
+    # NACK sent the password unencrypted to nats://: the manifest says so, or it is refused.
+    plain = convert_documents([user])
+    assert plain.manifests[0]["spec"]["allowPlaintext"] is True
+    assert any("unencrypted" in note for note in plain.notes)
     no_ca = nack("Account", "sys", {"servers": ["tls://n:4222"], "tls": {"secret": {"name": "t"}}})
     tls = convert_documents([no_ca]).manifests[0]["spec"]["tls"]
     assert tls == {"secretName": "t", "caKey": ""}  # the system CAs, as NACK verified

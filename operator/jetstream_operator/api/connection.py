@@ -64,7 +64,26 @@ class SecretValue(ResourceModel):
     """Key holding the value."""
 
 
+AUTHENTICATED = "(has(self.userPassword) || has(self.token) || has(self.nkey) || has(self.creds))"
+ENCRYPTED_SERVER = (
+    "s.startsWith('tls://') || s.startsWith('wss://') "
+    "|| (s.startsWith('nats://') && has(self.tlsFirst) && self.tlsFirst)"
+)
+
 CONNECTION_RULES: list[JsonValue] = [
+    cel(
+        "self.servers.all(s, !s.matches('^[a-z]+://[^/]*@'))",
+        "spec.servers: a server URL holds credentials (user:password@ or token@), which would "
+        "show wherever the URL does: put them in a Secret and name it in spec.userPassword or "
+        "spec.token",
+    ),
+    cel(
+        f"!{AUTHENTICATED} || (has(self.allowPlaintext) && self.allowPlaintext) || "
+        f"has(self.tls) || self.servers.all(s, {ENCRYPTED_SERVER})",
+        "spec.servers: credentials would travel unencrypted to a nats:// or ws:// server: use "
+        "tls:// or wss:// URLs, spec.tls, or nats:// with spec.tlsFirst: true; or set "
+        "spec.allowPlaintext: true for a server on loopback in development",
+    ),
     cel(
         "(has(self.userPassword) ? 1 : 0) + (has(self.token) ? 1 : 0) + "
         "(has(self.nkey) ? 1 : 0) + (has(self.creds) ? 1 : 0) <= 1",
@@ -81,6 +100,32 @@ CONNECTION_RULES: list[JsonValue] = [
 ]
 
 
+SECRET_FIELDS = ("tls", "userPassword", "token", "nkey", "creds")
+"""The spec's fields naming a Secret (each by `secretName`)."""
+
+_NAMED_SECRETS = (
+    "["
+    + ", ".join(
+        f"has(object.spec.{field}) ? object.spec.{field}.secretName : ''" for field in SECRET_FIELDS
+    )
+    + "].filter(n, n != '')"
+)
+_MAY_GET = (
+    "authorizer.group('').resource('secrets').namespace(request.namespace).name({name})"
+    ".check('get').allowed()"
+)
+SECRETS_READABLE_BY_REQUESTER = (
+    f"{_NAMED_SECRETS}.all(n, {_MAY_GET.format(name='n')})",
+    # A message expression cannot ask the authorizer (v1.34): it names every Secret named.
+    f"'spec names Secret ' + {_NAMED_SECRETS}.join(', ') + ', and you may not read (get) "
+    "each of them: the operator would send what a Secret holds to the servers you name. Name "
+    "Secrets you may read, or ask for get on them'",
+)
+"""(expression, message) on the request: whoever writes a NatsConnection may read every Secret
+it names. Without it, a user allowed to write NatsConnections but not to read Secrets could
+have the operator send a Secret's credentials to a server of their choosing."""
+
+
 class NatsConnectionSpec(ResourceModel):
     """Servers, TLS and one authentication method, read from Secrets in this namespace."""
 
@@ -95,6 +140,11 @@ class NatsConnectionSpec(ResourceModel):
     """Verify the servers (and optionally present a client certificate)."""
     tls_first: bool = False
     """Start with the TLS handshake (server option handshake_first)."""
+    allow_plaintext: bool = False
+    """Let credentials go to nats:// or ws:// servers without TLS: only for a server on
+    loopback in development. Without it, a connection with credentials needs spec.tls, tls://
+    or wss:// URLs, or tlsFirst, so that no one on the way reads them. (The client upgrades to
+    TLS when the server requires it; tlsFirst and wss:// always start with TLS.)"""
     user_password: UserPasswordSecret | None = None
     """Authenticate with a user name and password."""
     token: SecretValue | None = None
@@ -105,8 +155,12 @@ class NatsConnectionSpec(ResourceModel):
     """Authenticate with a creds file (JWT and seed), as issued by nsc."""
     js_domain: Annotated[str, Field(max_length=255, pattern=r"^[^.*>\s]+$")] | None = None
     """JetStream domain to manage (leaf node setups)."""
-    api_prefix: Annotated[str, Field(max_length=255)] | None = None
-    """JetStream API prefix, for accounts that import the API under another subject."""
+    api_prefix: (
+        Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^.*>\s]+(\.[^.*>\s]+)*$")]
+        | None
+    ) = None
+    """JetStream API prefix, for accounts that import the API under another subject: a subject
+    without wildcards or a trailing dot (e.g. $JS.hub.API)."""
 
     def secret_names(self) -> set[str]:
         """Every Secret this connection reads; the operator needs `get` on exactly these."""

@@ -82,7 +82,12 @@ def validated_spec_schema(kind: ResourceKind) -> JsonSchema:
 def policy_for(kind: ResourceKind) -> list[JsonSchema]:
     """The ValidatingAdmissionPolicy holding one kind's rules, and its binding."""
     return admission_policy(
-        kind.crd_name, kind.group, kind.version, kind.plural, validated_spec_schema(kind)
+        kind.crd_name,
+        kind.group,
+        kind.version,
+        kind.plural,
+        validated_spec_schema(kind),
+        kind.request_checks,
     )
 
 

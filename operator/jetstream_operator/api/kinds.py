@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from .. import GROUP, VERSION
-from .connection import NatsConnectionSpec, NatsConnectionStatus
+from .connection import SECRETS_READABLE_BY_REQUESTER, NatsConnectionSpec, NatsConnectionStatus
 from .consumer import ConsumerSpec, ConsumerStatus
 from .keyvalue import KeyValueSpec, KeyValueStatus
 from .objectstore import ObjectStoreSpec, ObjectStoreStatus
@@ -38,6 +38,9 @@ class ResourceKind:
     columns: tuple[PrinterColumn, ...] = ()
     categories: tuple[str, ...] = ("jetstream",)
     extra: dict[str, str] = field(default_factory=dict)
+    request_checks: tuple[tuple[str, str], ...] = ()
+    """(expression, messageExpression) pairs of the kind's admission policy that read the
+    request as a whole (the requesting user's permissions), which no schema rule can."""
 
     @property
     def singular(self) -> str:
@@ -105,6 +108,7 @@ NATS_CONNECTION = ResourceKind(
     status_model=NatsConnectionStatus,
     description="How Streams and Consumers in this namespace connect to NATS.",
     short_names=("natsconn",),
+    request_checks=(SECRETS_READABLE_BY_REQUESTER,),
     columns=(
         READY_COLUMN,
         PrinterColumn("Version", ".status.serverVersion"),

@@ -141,10 +141,17 @@ def validation_for(rules: list[tuple[str, JsonSchema]]) -> JsonSchema:
 
 
 def admission_policy(
-    name: str, group: str, version: str, plural: str, spec_schema: JsonSchema
+    name: str,
+    group: str,
+    version: str,
+    plural: str,
+    spec_schema: JsonSchema,
+    request_checks: tuple[tuple[str, str], ...] = (),
 ) -> list[JsonSchema]:
     """The policy holding every rule of a spec schema, and its binding: for creations and spec
-    changes of the kind's own resource (never its status)."""
+    changes of the kind's own resource (never its status). `request_checks` follow as
+    validations of their own: they read the request (`authorizer`), and are checked once the
+    spec keeps its rules."""
     rules = rules_by_path(spec_schema)
     if len(rules) != _count_rules(spec_schema):
         raise ValueError(f"{name}: some rules sit where a policy cannot reach them")
@@ -167,7 +174,13 @@ def admission_policy(
                 ]
             },
             "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED}],
-            "validations": [validation_for(rules)],
+            "validations": [
+                validation_for(rules),
+                *(
+                    {"expression": check, "messageExpression": message, "reason": "Forbidden"}
+                    for check, message in request_checks
+                ),
+            ],
         },
     }
     binding = {

@@ -14,7 +14,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, JsonValue
 from .base import Duration, ResourceModel, cel, cel_is, cel_on, left_unset_in_crd
 from .status import OperatorStatus
 
-STREAM_NAME_PATTERN = r"^[^.*>\s]+$"
+STREAM_NAME_PATTERN = r"^[^.*>/\\\s]+$"
 StreamName = Annotated[str, Field(min_length=1, max_length=255, pattern=STREAM_NAME_PATTERN)]
 Subject = Annotated[str, Field(min_length=1, max_length=1024)]
 Limit = Annotated[int, Field(ge=-1)]

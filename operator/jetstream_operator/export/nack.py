@@ -191,6 +191,14 @@ def convert_account(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
         converted[ours] = {"secretName": _secret(ref, name)} | {
             our_key: ref[nack_key] for our_key, nack_key in keys.items() if ref.get(nack_key)
         }
+    encrypted = ("tls://", "wss://", *(("nats://",) if converted.get("tlsFirst") else ()))
+    plaintext = not all(str(url).startswith(encrypted) for url in converted["servers"])
+    if chosen and plaintext and "tls" not in converted:
+        converted["allowPlaintext"] = True
+        notes.append(
+            "spec.allowPlaintext: NACK sent these credentials unencrypted to nats:// or ws:// "
+            "servers, and so will the operator until the URLs are tls:// and this is removed"
+        )
     secrets = sorted(
         {str(value["secretName"]) for value in converted.values() if isinstance(value, dict)}
     )

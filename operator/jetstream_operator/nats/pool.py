@@ -48,16 +48,34 @@ class TlsMaterial:
     handshake_first: bool = False
 
 
+def redacted(url: str) -> str:
+    """A server URL as it may be shown in status, Events, logs and metrics: whatever was
+    written before an `@` (a user and password, a token) is replaced."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    host = authority.rpartition("@")[2]
+    return f"{scheme}{separator}REDACTED@{host}{slash}{path}"
+
+
 @dataclass(frozen=True)
 class ConnectionTarget:
     """Everything that makes two connections different; the pool's key."""
 
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)
     api_prefix: str = "$JS.API"
     auth: AuthMaterial | None = None
     tls: TlsMaterial | None = None
     label: str = field(default="default", compare=False)
     """Who uses it, for messages: "default" or "namespace/NatsConnection"."""
+
+    @property
+    def where(self) -> str:
+        """The servers, for messages: never a credential written into a URL."""
+        return ", ".join(redacted(server) for server in self.servers)
 
 
 class ConnectFailure(JetStreamUnavailable):
@@ -71,7 +89,7 @@ class ConnectFailure(JetStreamUnavailable):
 def classify(target: ConnectionTarget, problems: list[str]) -> ConnectFailure:
     """Turn what nats-py reported into words a person can act on."""
     seen = " ".join(problems)
-    where = ", ".join(target.servers)
+    where = target.where
     if "Authorization Violation" in seen or "Authentication" in seen:
         expired = "expired" in seen.lower()
         return ConnectFailure(

@@ -17,7 +17,7 @@ from .consumer_config import consumer_differences, desired_consumer_config, immu
 from .ownership import Owner, recorded_owner
 from .renames import IMMUTABLE_FIELD_CHANGED
 from .stream_config import FieldDifference, ServerConfig, owner_difference
-from .stream_plan import InSync, UpdatesPrevented, may_delete, release_request
+from .stream_plan import InSync, UpdatesPrevented, may_delete, release_request, taken_elsewhere
 
 __all__ = [
     "AdoptionRefused",
@@ -147,10 +147,14 @@ class OwnedElsewhere:
     consumer: str
     stream: str
     owner: Owner | None
+    asking: str = ""
+    """The namespace of the resource that asked: another namespace's owner is not named."""
     reason: str = "Conflict"
 
     def message(self) -> str:
         where = f"consumer {self.consumer!r} of stream {self.stream!r}"
+        if self.owner is not None and self.owner.namespace != self.asking:
+            return taken_elsewhere(where, "durableName")
         if self.owner is None:
             return (
                 f"{where} already exists in NATS and was not created by this operator; it is left "
@@ -203,7 +207,7 @@ def plan_consumer(
     current_owner = recorded_owner(dict(actual))
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
-        return OwnedElsewhere(spec.durable_name, stream, current_owner)
+        return OwnedElsewhere(spec.durable_name, stream, current_owner, owner.namespace)
     differences = [
         *consumer_differences(desired, actual),
         *owner_difference(owner, current_owner),

@@ -63,10 +63,14 @@ class OwnedElsewhere:
 
     stream: str
     owner: Owner | None
+    asking: str = ""
+    """The namespace of the resource that asked: another namespace's owner is not named."""
 
     def message(self, what: str = "", name_field: str = "name") -> str:
         """`what` names the object as its kind does ("key-value bucket 'orders'")."""
         what = what or f"stream {self.stream!r}"
+        if self.owner is not None and self.owner.namespace != self.asking:
+            return taken_elsewhere(what, name_field)
         if self.owner is None:
             return (
                 f"{what} already exists in NATS and was not created by this operator; it is "
@@ -77,6 +81,15 @@ class OwnedElsewhere:
             f"{what} is managed by {self.owner.describe()}; it is left untouched. "
             f"Choose another spec.{name_field}, or delete the other resource first."
         )
+
+
+def taken_elsewhere(what: str, name_field: str) -> str:
+    """A name another namespace's resource holds, said without naming that resource: which
+    namespaces exist and what they call their resources is theirs to know."""
+    return (
+        f"{what} is managed by a resource of another namespace; it is left untouched. "
+        f"Choose another spec.{name_field}."
+    )
 
 
 StreamAction = CreateStream | UpdateStream | InSync | OwnedElsewhere | UpdatesPrevented | Refused
@@ -149,7 +162,7 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
     current_owner = recorded_owner(actual)
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
-        return OwnedElsewhere(spec.name, current_owner)
+        return OwnedElsewhere(spec.name, current_owner, owner.namespace)
     if refusal := first_sequence_refusal(spec, info):
         return refusal
     chosen = server_chosen_fields(spec)

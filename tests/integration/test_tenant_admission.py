@@ -1,0 +1,140 @@
+"""What a tenant may write, tried as a tenant: a user of the real API server (impersonated, so
+its RBAC authorizer decides) who may write our kinds in its own namespace and read one Secret
+there. The admission policies refuse, at `kubectl apply`, what would leak a credential or what
+NATS refuses anyway; nothing refused reaches NATS (counted from its own API advisories)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from nats.aio.client import Client
+
+from jetstream_operator import GROUP, VERSION
+from tests.support.operator import new_client
+
+from .figures import ApiAudit
+from .helpers import json_body
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
+
+TENANT = "tenant-alice"
+OUR_PLURALS = ["streams", "consumers", "keyvalues", "objectstores", "natsconnections"]
+
+
+@pytest.fixture
+def tenant(kubeconfig: Path, api_client: client.ApiClient, namespace: str) -> Iterator[Any]:
+    """The tenant's own client: our kinds in `namespace`, and `get` on Secret "mine" only."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rules = [
+        client.V1PolicyRule(
+            api_groups=[GROUP],
+            resources=OUR_PLURALS,
+            verbs=["get", "list", "watch", "create", "update", "patch", "delete"],
+        ),
+        client.V1PolicyRule(
+            api_groups=[""], resources=["secrets"], verbs=["get"], resource_names=["mine"]
+        ),
+    ]
+    rbac.create_namespaced_role(
+        namespace, client.V1Role(metadata=client.V1ObjectMeta(name="tenant"), rules=rules)
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="tenant"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="tenant"
+            ),
+            subjects=[
+                client.RbacV1Subject(
+                    api_group="rbac.authorization.k8s.io", kind="User", name=TENANT
+                )
+            ],
+        ),
+    )
+    core = client.CoreV1Api(api_client)
+    for secret in ("mine", "theirs"):
+        core.create_namespaced_secret(
+            namespace,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name=secret),
+                string_data={"username": "u", "password": "p", "token": "t"},
+            ),
+        )
+    api = new_client(kubeconfig)
+    api.set_default_header("Impersonate-User", TENANT)  # type: ignore[no-untyped-call]  # untyped
+    yield client.CustomObjectsApi(api)
+
+
+def _create(api: Any, namespace: str, plural: str, kind: str, spec: dict[str, Any]) -> str:
+    """Create as the tenant; the refusal's message, or "" when admitted."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "metadata": {"name": f"x{abs(hash(str(spec))) % 10**8}"},
+        "spec": spec,
+    }
+    try:
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+    except ApiException as error:
+        assert error.status in (403, 422), error
+        return str(json_body(json.loads(error.body or "{}")).get("message", ""))
+    return ""
+
+
+async def test_a_tenant_cannot_leak_credentials_or_name_what_nats_refuses(
+    tenant: Any, namespace: str, nc: Client
+) -> None:
+    audit = await ApiAudit().start(nc)
+    connection = "natsconnections", "NatsConnection"
+    tls = ["tls://nats.example:4222"]
+
+    refused = _create(
+        tenant,
+        namespace,
+        *connection,
+        {"servers": tls, "token": {"secretName": "theirs", "key": "token"}},
+    )
+    assert "spec names Secret theirs, and you may not read (get) each" in refused, refused
+    assert (
+        _create(
+            tenant,
+            namespace,
+            *connection,
+            {"servers": tls, "token": {"secretName": "mine", "key": "token"}},
+        )
+        == ""
+    )
+
+    in_url = _create(
+        tenant, namespace, *connection, {"servers": ["tls://alice:s3cret@nats.example:4222"]}
+    )
+    assert "a server URL holds credentials" in in_url and "put them in a Secret" in in_url
+    assert "s3cret" not in in_url
+
+    plain = {"servers": ["nats://nats.example:4222"], "userPassword": {"secretName": "mine"}}
+    clear = _create(tenant, namespace, *connection, plain)
+    assert "credentials would travel unencrypted" in clear and "tls://" in clear, clear
+    assert _create(tenant, namespace, *connection, {**plain, "tlsFirst": True}) == ""
+    assert _create(tenant, namespace, *connection, {**plain, "allowPlaintext": True}) == ""
+    # No credentials, nothing to leak: a plain URL stays as easy as it was.
+    assert _create(tenant, namespace, *connection, {"servers": ["nats://nats.example:4222"]}) == ""
+
+    prefix = _create(tenant, namespace, *connection, {"servers": tls, "apiPrefix": "$JS..API"})
+    assert "apiPrefix" in prefix, prefix
+
+    for name in ("A/B", "A\\B"):
+        message = _create(
+            tenant, namespace, "streams", "Stream", {"name": name, "subjects": ["ab.>"]}
+        )
+        assert "spec.name" in message, message
+
+    await nc.flush()
+    await audit.stop()
+    assert audit.writes() == 0, audit.subjects
