@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .handlers.pacing import Pace
     from .handlers.registry import ResourceRegistry
     from .handlers.status_writes import StatusBudget
+    from .handlers.tenancy_gate import TenancyGate
     from .k8s.client import KubeApi
     from .k8s.secrets import SecretReader
     from .k8s.status import EventPoster, ResourceWriter
@@ -45,6 +46,8 @@ class SharedMemo(kopf.Memo):
     streams: ResourceRegistry
     consumers: ResourceRegistry
     natsconnections: ResourceRegistry
+    tenancy: TenancyGate
+    """What each connection's tenancy allows the namespaces it serves."""
     arrivals: StreamArrivals
     resume_pace: Pace
     failures: FailureMemories

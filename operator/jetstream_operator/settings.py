@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .api.tenancy import Tenancy
 from .k8s.selection import label_selector_problem
 from .nats.pool import AuthMaterial, ConnectionTarget, TlsMaterial
 
@@ -34,6 +35,11 @@ class OperatorSettings(BaseSettings):
     syntax: `shard=a`, `shard in (a,b)`, `!legacy`), so several deployments can share a
     namespace (docs/scaling.md); unset for all. NatsConnections are not selected: a
     deployment needs those its resources use."""
+    tenancy: Tenancy | None = None
+    """What each namespace may do through the default connection, as JSON (the chart's
+    `nats.tenancy`): `{"namePrefix": "{namespace}-", "subjectPrefixes":
+    ["{namespace}."], "quotas": {"streams": 20}}` (docs/tenancy.md). Unset: no limits, for a
+    single team."""
     manage_connections: bool = True
     """Write NatsConnections: their status, Events and finalizers, and their Secrets'
     finalizers. Where several deployments share a namespace by `selector`, one manages its

@@ -21,6 +21,7 @@ from .handlers.failures import FailureMemories, FailureMemory
 from .handlers.pacing import Pace
 from .handlers.registry import ConnectionKey, ResourceRegistry, ready_counts
 from .handlers.status_writes import StatusBudget
+from .handlers.tenancy_gate import TenancyGate
 from .k8s.client import KubeApi
 from .k8s.login import credentials
 from .k8s.peering import PeeringCheck
@@ -112,6 +113,11 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
     memo.backed = {kind.resource.kind: ResourceRegistry() for kind in STREAM_BACKED}
     memo.streams = memo.backed[STREAM_KIND.resource.kind]
     memo.consumers = ResourceRegistry()
+    memo.tenancy = TenancyGate(
+        lambda connection: operator_settings.tenancy if connection is None else None,
+        {**memo.backed, CONSUMER.kind: memo.consumers},
+        memo.streams,
+    )
     memo.arrivals = StreamArrivals()
     memo.resume_pace = Pace(RESUME_RATE)
     memo.natsconnections = ResourceRegistry()
@@ -198,6 +204,7 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
             failures=memo.failures.for_connection(key),
             budget=budget,
             explained=memo.explained.get,
+            gate=memo.tenancy,
         )
 
     memo.watchers = WatcherSet(make_watcher)

@@ -7,6 +7,7 @@ import itertools
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -15,11 +16,15 @@ from nats.aio.client import Client
 
 from jetstream_devtools.natsserver import NatsCluster, NatsServer
 from jetstream_devtools.operator_process import OperatorProcess
+from jetstream_operator import GROUP
 from tests.conftest import TARGET
-from tests.support.operator import admin_client, operator_running, operator_variant
+from tests.support.operator import admin_client, new_client, operator_running, operator_variant
 from tests.support.targets import ExistingNats
 
-from .helpers import Resources, empty_namespace
+from .helpers import OUR_PLURALS, Resources, empty_namespace
+
+TENANT = "tenant-alice"
+"""The user a tenant's tests act as (`tenant`)."""
 
 _namespaces = itertools.count()
 CLUSTER_NAMESPACE_PREFIX = "cl"
@@ -102,6 +107,52 @@ def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> I
     if TARGET is not None:
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(name)
+
+
+@pytest.fixture
+def tenant(kubeconfig: Path, api_client: client.ApiClient, namespace: str) -> Iterator[Any]:
+    """A tenant's client (impersonated: the API server's RBAC decides): our kinds in
+    `namespace`, and `get` on its Secret "mine" only ("theirs" exists beside it)."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rules = [
+        client.V1PolicyRule(
+            api_groups=[GROUP],
+            resources=list(OUR_PLURALS),
+            verbs=["get", "list", "watch", "create", "update", "patch", "delete"],
+        ),
+        client.V1PolicyRule(
+            api_groups=[""], resources=["secrets"], verbs=["get"], resource_names=["mine"]
+        ),
+    ]
+    rbac.create_namespaced_role(
+        namespace, client.V1Role(metadata=client.V1ObjectMeta(name="tenant"), rules=rules)
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="tenant"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="tenant"
+            ),
+            subjects=[
+                client.RbacV1Subject(
+                    api_group="rbac.authorization.k8s.io", kind="User", name=TENANT
+                )
+            ],
+        ),
+    )
+    core = client.CoreV1Api(api_client)
+    for secret in ("mine", "theirs"):
+        core.create_namespaced_secret(
+            namespace,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name=secret),
+                string_data={"username": "u", "password": "p", "token": "t"},
+            ),
+        )
+    api = new_client(kubeconfig)
+    api.set_default_header("Impersonate-User", TENANT)  # type: ignore[no-untyped-call]  # untyped
+    yield client.CustomObjectsApi(api)
 
 
 @pytest.fixture

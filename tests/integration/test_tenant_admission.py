@@ -6,70 +6,18 @@ NATS refuses anyway; nothing refused reaches NATS (counted from its own API advi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
 from jetstream_operator import GROUP, VERSION
-from tests.support.operator import new_client
 
 from .figures import ApiAudit
 from .helpers import json_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
-
-TENANT = "tenant-alice"
-OUR_PLURALS = ["streams", "consumers", "keyvalues", "objectstores", "natsconnections"]
-
-
-@pytest.fixture
-def tenant(kubeconfig: Path, api_client: client.ApiClient, namespace: str) -> Iterator[Any]:
-    """The tenant's own client: our kinds in `namespace`, and `get` on Secret "mine" only."""
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    rules = [
-        client.V1PolicyRule(
-            api_groups=[GROUP],
-            resources=OUR_PLURALS,
-            verbs=["get", "list", "watch", "create", "update", "patch", "delete"],
-        ),
-        client.V1PolicyRule(
-            api_groups=[""], resources=["secrets"], verbs=["get"], resource_names=["mine"]
-        ),
-    ]
-    rbac.create_namespaced_role(
-        namespace, client.V1Role(metadata=client.V1ObjectMeta(name="tenant"), rules=rules)
-    )
-    rbac.create_namespaced_role_binding(
-        namespace,
-        client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name="tenant"),
-            role_ref=client.V1RoleRef(
-                api_group="rbac.authorization.k8s.io", kind="Role", name="tenant"
-            ),
-            subjects=[
-                client.RbacV1Subject(
-                    api_group="rbac.authorization.k8s.io", kind="User", name=TENANT
-                )
-            ],
-        ),
-    )
-    core = client.CoreV1Api(api_client)
-    for secret in ("mine", "theirs"):
-        core.create_namespaced_secret(
-            namespace,
-            client.V1Secret(
-                metadata=client.V1ObjectMeta(name=secret),
-                string_data={"username": "u", "password": "p", "token": "t"},
-            ),
-        )
-    api = new_client(kubeconfig)
-    api.set_default_header("Impersonate-User", TENANT)  # type: ignore[no-untyped-call]  # untyped
-    yield client.CustomObjectsApi(api)
 
 
 def _create(api: Any, namespace: str, plural: str, kind: str, spec: dict[str, Any]) -> str:

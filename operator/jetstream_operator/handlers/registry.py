@@ -58,7 +58,14 @@ class TrackedResource:
         return bool(self.status.get("conditions"))
 
 
-KEPT_METADATA = ("namespace", "name", "uid", "generation", "deletionTimestamp")
+KEPT_METADATA = (
+    "namespace",
+    "name",
+    "uid",
+    "generation",
+    "deletionTimestamp",
+    "creationTimestamp",  # the order of a namespace's resources against its quotas
+)
 KEPT_ANNOTATION_PREFIX = f"{GROUP}/"
 DROPPED_STATUS = ("lastHandledConfiguration",)
 
@@ -99,6 +106,7 @@ class ResourceRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._by_name: dict[tuple[str, str], str] = {}
         self._by_spec: dict[tuple[str, str], set[str]] = {}
+        self._by_namespace: dict[str, set[str]] = {}
 
     def _index(self, uid: str, resource: TrackedResource, present: bool) -> None:
         name_key = (resource.owner.namespace, resource.owner.name)
@@ -108,12 +116,18 @@ class ResourceRegistry:
             if (value := resource.spec_text(key)) is not None
         ]
         if present:
+            self._by_namespace.setdefault(resource.owner.namespace, set()).add(uid)
             self._by_name[name_key] = uid
             for spec_key in spec_keys:
                 self._by_spec.setdefault(spec_key, set()).add(uid)
             return
         if self._by_name.get(name_key) == uid:
             del self._by_name[name_key]
+        in_namespace = self._by_namespace.get(resource.owner.namespace)
+        if in_namespace is not None:
+            in_namespace.discard(uid)
+            if not in_namespace:
+                del self._by_namespace[resource.owner.namespace]
         for spec_key in spec_keys:
             uids = self._by_spec.get(spec_key)
             if uids is not None:
@@ -159,6 +173,10 @@ class ResourceRegistry:
     def named(self, namespace: str, name: str) -> TrackedResource | None:
         uid = self._by_name.get((namespace, name))
         return self._by_uid.get(uid) if uid is not None else None
+
+    def in_namespace(self, namespace: str) -> list[TrackedResource]:
+        uids = self._by_namespace.get(namespace, ())
+        return [self._by_uid[uid] for uid in uids if uid in self._by_uid]
 
     def with_spec(self, key: str, value: str) -> list[TrackedResource]:
         if key in INDEXED_SPEC_KEYS:

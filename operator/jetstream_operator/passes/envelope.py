@@ -19,6 +19,7 @@ from ..api.kinds import ResourceKind
 from ..handlers.failures import NO_BASIS, FailureMemory, History, failure_basis
 from ..handlers.registry import ConnectionKey, TrackedResource, connection_key
 from ..handlers.results import Result, needs_a_person, paused, released
+from ..handlers.tenancy_gate import TenancyGate
 from ..k8s.status import EventSink
 from ..marks import PAUSE_ANNOTATION, RELEASE_ANNOTATION
 from ..reconcile.ownership import Owner
@@ -96,12 +97,16 @@ def paused_by(
 
 
 def decided(
-    unit: Unit, *, read_only: bool, pause_annotation: str = PAUSE_ANNOTATION
+    unit: Unit,
+    *,
+    read_only: bool,
+    pause_annotation: str = PAUSE_ANNOTATION,
+    gate: TenancyGate | None = None,
 ) -> Result | None:
-    """What the pass comes to without asking NATS: a release a person asked for, a pause, or
-    a move to another connection refused (before the connection is looked up: the new one
-    may not even exist). A read-only operator made nothing, so it may look wherever the spec
-    points."""
+    """What the pass comes to without asking NATS: a release a person asked for, a pause, a
+    move to another connection refused (before the connection is looked up: the new one may
+    not even exist), or what the connection's tenancy does not allow. A read-only operator
+    makes nothing, so it may look wherever the spec points."""
     if unit.deleting:
         if unit.annotation(RELEASE_ANNOTATION).lower() == "true":
             return released(unit.what, RELEASE_ANNOTATION)
@@ -109,10 +114,16 @@ def decided(
     pause = paused_by(unit.annotation, pause_annotation)
     if pause is not None:
         return pause
-    move = None if read_only else moved(unit.spec, unit.status, unit.kind.kind)
-    if move is None:
+    if read_only:
         return None
-    refusal = needs_a_person(move.reason, move.message())
+    refused = moved(unit.spec, unit.status, unit.kind.kind) or (
+        gate.refusal(unit.kind.kind, unit.owner, unit.spec, unit.status, unit.connection)
+        if gate is not None
+        else None
+    )
+    if refused is None:
+        return None
+    refusal = needs_a_person(refused.reason, refused.message())
     basis = failure_basis(unit.generation, None)
     return unit.memory.settle(unit.owner.uid, basis, refusal, unit.history.ready_condition())
 
@@ -126,13 +137,16 @@ async def run(
     read_only: bool,
     pause_annotation: str = PAUSE_ANNOTATION,
     decisions: bool = True,
+    gate: TenancyGate | None = None,
 ) -> Result | None:
     """One pass: decide, or do the work under the resource's lock; then account for it,
     deliver its status and post its Events. `decisions` is False for kinds that hold nothing
     in NATS (a NatsConnection): there is nothing to pause or move."""
     started = time.perf_counter()
     result = (
-        decided(unit, read_only=read_only, pause_annotation=pause_annotation) if decisions else None
+        decided(unit, read_only=read_only, pause_annotation=pause_annotation, gate=gate)
+        if decisions
+        else None
     )
     if result is None:
         async with unit.lock:

@@ -152,7 +152,12 @@ async def run_pass(
             return unit.memory.settle(unit.owner.uid, NO_BASIS, unavailable(error))
 
     result = await run(
-        unit, connected, into_patch(call, deleting), memo.events, read_only=settings.read_only
+        unit,
+        connected,
+        into_patch(call, deleting),
+        memo.events,
+        read_only=settings.read_only,
+        gate=memo.tenancy,
     )
     retry_deletion(result, deleting)
 

@@ -16,6 +16,7 @@ from ..handlers.failures import FailureMemory
 from ..handlers.registry import ConnectionKey, ResourceRegistry, TrackedResource, connection_key
 from ..handlers.results import Result
 from ..handlers.status_writes import StatusBudget, status_patch
+from ..handlers.tenancy_gate import TenancyGate
 from ..k8s.status import EventSink, ResourceWriter
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
 from ..reconcile.backed import STREAM_KIND, StreamBackedKind
@@ -71,8 +72,10 @@ class Repairer:
         failures: FailureMemory,
         budget: StatusBudget | None,
         explained: Callable[[str], str | None] | None,
+        gate: TenancyGate | None = None,
     ) -> None:
-        """`explained`: see `DriftWatcher`."""
+        """`explained`: see `DriftWatcher`; `gate`: the connections' tenancy."""
+        self._gate = gate
         self.backed = dict(backed)
         self.streams = self.backed[STREAM_KIND]
         self.consumers = consumers
@@ -182,4 +185,5 @@ class Repairer:
             self._events,
             read_only=self._read_only,
             pause_annotation=self._pause_annotation,
+            gate=self._gate,
         )

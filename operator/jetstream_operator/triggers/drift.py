@@ -34,6 +34,7 @@ from ..handlers.registry import (
     declaring,
 )
 from ..handlers.status_writes import StatusBudget
+from ..handlers.tenancy_gate import TenancyGate
 from ..k8s.status import EventSink, ResourceWriter
 from ..nats.advisories import subscribe_changes
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
@@ -76,6 +77,7 @@ class DriftWatcher:
         failures: FailureMemory | None = None,
         budget: StatusBudget | None = None,
         explained: Callable[[str], str | None] | None = None,
+        gate: TenancyGate | None = None,
     ) -> None:
         """`explained` gives, by a Consumer's uid, why its streamRef finds no Stream, as the
         Consumer's own handler last found out (an API read): a pass here keeps that message
@@ -92,6 +94,7 @@ class DriftWatcher:
             failures=self._failures,
             budget=budget,
             explained=explained,
+            gate=gate,
         )
         self._backed = self._repairer.backed
         self._streams = self._repairer.streams

@@ -1,0 +1,90 @@
+"""The tenancy of a resource's connection, applied before a pass asks NATS anything: the rules
+of `reconcile/tenancy.py` with the namespace's other resources from the registries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from ..api.tenancy import Tenancy
+from ..reconcile.ownership import Owner
+from ..reconcile.renames import MANAGED_KEYS, Refused
+from ..reconcile.tenancy import NOT_PERMITTED, Resource, refusal
+from .registry import ConnectionKey, ResourceRegistry, TrackedResource, connection_key
+
+
+def made(status: Mapping[str, Any]) -> bool:
+    """Whether the resource manages an object in NATS already."""
+    return any(status.get(key) for key in MANAGED_KEYS)
+
+
+class TenancyGate:
+    """Asks each resource's connection for its tenancy (None: the connection is the
+    namespace's own, or shares nothing) and refuses what it does not allow."""
+
+    def __init__(
+        self,
+        tenancy_of: Callable[[ConnectionKey], Tenancy | None],
+        registries: Mapping[str, ResourceRegistry],
+        streams: ResourceRegistry,
+    ) -> None:
+        """`registries`: every kind's registry by kind name; `streams`: the Stream registry,
+        which resolves a Consumer's streamRef."""
+        self._tenancy_of = tenancy_of
+        self._registries = registries
+        self._streams = streams
+
+    def refusal(
+        self,
+        kind: str,
+        owner: Owner,
+        spec: Mapping[str, Any],
+        status: Mapping[str, Any],
+        connection: ConnectionKey,
+    ) -> Refused | None:
+        tenancy = self._tenancy_of(connection)
+        if tenancy is None:
+            return None
+        resource = Resource(kind, owner.name, spec, self._stream_of(kind, owner, spec))
+        ahead = self._ahead(owner, connection, made(status))
+        return refusal(tenancy, owner.namespace, resource, ahead, made=made(status))
+
+    def _stream_of(self, kind: str, owner: Owner, spec: Mapping[str, Any]) -> str | None:
+        reference = spec.get("streamRef")
+        if kind != "Consumer" or not isinstance(reference, str):
+            return None
+        target = self._streams.named(owner.namespace, reference)
+        return target.spec_text("name") if target is not None else None
+
+    def _ahead(self, owner: Owner, connection: ConnectionKey, is_made: bool) -> Iterator[Resource]:
+        """The namespace's resources on the connection that count before this one: every one
+        made in NATS, then (for one not made yet) those created earlier. Deleting ones, and
+        those the tenancy's rules refused (never to be made as they are), do not count."""
+        mine = self._order(owner.uid)
+        for kind, registry in self._registries.items():
+            for other in registry.in_namespace(owner.namespace):
+                if other.owner.uid == owner.uid or other.deleting:
+                    continue
+                if connection_key(other) != connection or _refused_by_rules(other):
+                    continue
+                if made(other.status) or (not is_made and self._order_of(other) < mine):
+                    yield Resource(kind, other.owner.name, other.spec)
+
+    def _order(self, uid: str) -> tuple[str, str]:
+        for registry in self._registries.values():
+            tracked = registry.get(uid)
+            if tracked is not None:
+                return self._order_of(tracked)
+        return ("~", "")  # not registered yet: after every registered one
+
+    @staticmethod
+    def _order_of(resource: TrackedResource) -> tuple[str, str]:
+        created = (resource.body.get("metadata") or {}).get("creationTimestamp") or "~"
+        return (str(created), resource.owner.name)
+
+
+def _refused_by_rules(resource: TrackedResource) -> bool:
+    for condition in resource.status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("reason") == NOT_PERMITTED)
+    return False
