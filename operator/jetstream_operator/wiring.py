@@ -115,8 +115,8 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
     memo.consumers = ResourceRegistry()
     memo.tenancy = TenancyGate(
         lambda connection: operator_settings.tenancy if connection is None else None,
-        {**memo.backed, CONSUMER.kind: memo.consumers},
-        memo.streams,
+        backed_registries(memo),
+        memo.consumers,
     )
     memo.arrivals = StreamArrivals()
     memo.resume_pace = Pace(RESUME_RATE)

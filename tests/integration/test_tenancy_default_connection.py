@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_devtools.operator_process import OperatorProcess
@@ -17,7 +18,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.operator import operator_variant
 
 from .figures import ApiAudit
-from .helpers import Resources, condition, eventually
+from .helpers import Resources, condition, empty_namespace, eventually
 
 pytestmark = [pytest.mark.integration]
 
@@ -54,13 +55,23 @@ async def refused_with(resources: Resources, plural: str, name: str, reason: str
 
 
 async def test_the_tenancy_refuses_before_nats_and_allows_the_namespaces_own(
-    operator_process: OperatorProcess, tenant: Any, resources: Resources, namespace: str, nc: Client
+    operator_process: OperatorProcess,
+    tenant: Any,
+    resources: Resources,
+    namespace: str,
+    nc: Client,
+    api_client: client.ApiClient,
 ) -> None:
     prefix = f"{namespace}-"
+    other = f"{namespace[:50]}-o"
+    client.CoreV1Api(api_client).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=other))
+    )
+    theirs = Resources(api_client, other)
     with operator_variant(
         operator_process,
         JETSTREAM_OPERATOR_TENANCY=json.dumps(TENANCY),
-        JETSTREAM_OPERATOR_NAMESPACES=namespace,
+        JETSTREAM_OPERATOR_NAMESPACES=f"{namespace},{other}",
     ):
         audit = await ApiAudit().start(nc)
         as_tenant(
@@ -153,3 +164,35 @@ async def test_the_tenancy_refuses_before_nats_and_allows_the_namespaces_own(
 
         await eventually(second_ready, timeout=60)
         await audit.stop()
+
+        # Another namespace's streams: readable only where their resource shares them.
+        for name, shared in (("open", [namespace]), ("closed", [])):
+            theirs.create(
+                "streams",
+                {
+                    "kind": "Stream",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "name": f"{other}-{name.upper()}",
+                        "subjects": [f"{other}.{name}"],
+                        "maxBytes": 1000,
+                        "sharedWith": shared,
+                    },
+                },
+            )
+            as_tenant(
+                tenant,
+                namespace,
+                "consumers",
+                "Consumer",
+                f"on-{name}",
+                {"durableName": f"{prefix}{name}", "streamName": f"{other}-{name.upper()}"},
+            )
+
+        async def reads_the_shared_one() -> bool:
+            return condition(resources.get("consumers", "on-open")).get("status") == "True"
+
+        await eventually(reads_the_shared_one, timeout=30)
+        closed = await refused_with(resources, "consumers", "on-closed", "NotPermitted")
+        assert f"add {namespace} to its spec.sharedWith" in closed, closed
+    empty_namespace(api_client, other)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from jetstream_operator.api.tenancy import Tenancy
 from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.handlers.tenancy_gate import TenancyGate
+from jetstream_operator.reconcile.backed import KEY_VALUE_KIND, STREAM_KIND
 from jetstream_operator.reconcile.ownership import Owner
 from jetstream_operator.reconcile.tenancy import Resource, refusal
 
@@ -127,7 +128,9 @@ def body(
 def test_the_gate_orders_a_namespaces_resources_made_first_then_by_creation() -> None:
     streams = ResourceRegistry()
     quota = Tenancy.model_validate({"quotas": {"streams": 1}})
-    gate = TenancyGate(lambda key: quota if key is None else None, {"Stream": streams}, streams)
+    gate = TenancyGate(
+        lambda key: quota if key is None else None, {STREAM_KIND: streams}, ResourceRegistry()
+    )
     streams.observe(
         "ADDED", body("a", "late", "u2", "2026-01-02T00:00:00Z", {"name": "L"}, streamName="L")
     )
@@ -145,3 +148,38 @@ def test_the_gate_orders_a_namespaces_resources_made_first_then_by_creation() ->
     assert (
         gate.refusal("Stream", Owner("a", "early", "u1"), {"name": "E"}, {}, ("a", "own")) is None
     )
+
+
+def test_another_namespaces_stream_is_read_only_where_its_resource_shares_it() -> None:
+    streams, buckets = ResourceRegistry(), ResourceRegistry()
+    open_to_all = Tenancy()
+    gate = TenancyGate(
+        lambda key: open_to_all if key is None else None,
+        {STREAM_KIND: streams, KEY_VALUE_KIND: buckets},
+        ResourceRegistry(),
+    )
+    created = "2026-01-01T00:00:00Z"
+    streams.observe(
+        "ADDED", body("a", "orders", "s1", created, {"name": "ORDERS", "sharedWith": ["b"]})
+    )
+    streams.observe("ADDED", body("a", "secret", "s2", created, {"name": "SECRET"}))
+    buckets.observe("ADDED", body("a", "cfg", "k1", created, {"bucket": "cfg"}))
+
+    def reading(namespace: str, kind: str, spec: dict[str, Any]) -> str:
+        refused = gate.refusal(kind, Owner(namespace, "r", "u9"), spec, {}, None)
+        return "" if refused is None else refused.message()
+
+    assert reading("b", "Consumer", {"durableName": "r", "streamName": "ORDERS"}) == ""
+    assert "does not share it with namespace c" in reading(
+        "c", "Consumer", {"durableName": "r", "streamName": "ORDERS"}
+    )
+    assert "its owners can add b to its spec.sharedWith" in reading(
+        "b", "Stream", {"name": "MINE", "sources": [{"name": "SECRET"}]}
+    )
+    assert reading("a", "Consumer", {"durableName": "r", "streamName": "SECRET"}) == ""
+    # A bucket's mirror names the bucket; its stream is KV_cfg.
+    assert "spec.mirror.name 'cfg'" in reading(
+        "b", "KeyValue", {"bucket": "copy", "mirror": {"name": "cfg"}}
+    )
+    # A stream no resource declares is not the operator's to guard (only prefixes apply).
+    assert reading("c", "Consumer", {"durableName": "r", "streamName": "APP_MADE"}) == ""

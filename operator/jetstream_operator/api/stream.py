@@ -155,6 +155,11 @@ def mirror_rule() -> JsonValue:
     )
 
 
+NamespaceName = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
+
+
 class StreamBackedSpec(ResourceModel):
     """What every kind holding one JetStream stream (Stream, KeyValue, ObjectStore) has in common:
     how the resource relates to the object in NATS, not what the object holds."""
@@ -170,6 +175,9 @@ class StreamBackedSpec(ResourceModel):
     """Take over an object that already exists in NATS and has no owner (IfUnowned), or never."""
     connection_ref: ConnectionRef | None = None
     """NatsConnection in this namespace to use; unset for the operator's default connection."""
+    shared_with: Annotated[list[NamespaceName], Field(max_length=256)] = Field(default_factory=list)
+    """Namespaces whose Consumers, mirrors and sources may read this stream through a
+    connection shared under a tenancy (docs/tenancy.md); other namespaces are refused."""
 
     def retains_data(self) -> bool:
         """Whether deleting the resource must leave the object in NATS."""

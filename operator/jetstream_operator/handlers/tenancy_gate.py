@@ -7,10 +7,17 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..api.tenancy import Tenancy
+from ..reconcile.backed import STREAM_KIND, StreamBackedKind
 from ..reconcile.ownership import Owner
 from ..reconcile.renames import MANAGED_KEYS, Refused
 from ..reconcile.tenancy import NOT_PERMITTED, Resource, refusal
-from .registry import ConnectionKey, ResourceRegistry, TrackedResource, connection_key
+from .registry import (
+    ConnectionKey,
+    ResourceRegistry,
+    TrackedResource,
+    connection_key,
+    declaring,
+)
 
 
 def made(status: Mapping[str, Any]) -> bool:
@@ -25,14 +32,14 @@ class TenancyGate:
     def __init__(
         self,
         tenancy_of: Callable[[ConnectionKey], Tenancy | None],
-        registries: Mapping[str, ResourceRegistry],
-        streams: ResourceRegistry,
+        backed: Mapping[StreamBackedKind, ResourceRegistry],
+        consumers: ResourceRegistry,
     ) -> None:
-        """`registries`: every kind's registry by kind name; `streams`: the Stream registry,
-        which resolves a Consumer's streamRef."""
         self._tenancy_of = tenancy_of
-        self._registries = registries
-        self._streams = streams
+        self._backed = backed
+        self._registries = {kind.resource.kind: registry for kind, registry in backed.items()}
+        self._registries["Consumer"] = consumers
+        self._streams = self._registries[STREAM_KIND.resource.kind]
 
     def refusal(
         self,
@@ -47,7 +54,33 @@ class TenancyGate:
             return None
         resource = Resource(kind, owner.name, spec, self._stream_of(kind, owner, spec))
         ahead = self._ahead(owner, connection, made(status))
-        return refusal(tenancy, owner.namespace, resource, ahead, made=made(status))
+
+        def shared(name: str) -> bool | None:
+            return self._shared(kind, name, owner.namespace, connection)
+
+        return refusal(tenancy, owner.namespace, resource, ahead, made=made(status), shared=shared)
+
+    def _shared(
+        self, kind: str, name: str, namespace: str, connection: ConnectionKey
+    ) -> bool | None:
+        """Whether the stream a resource of `kind` names (a bucket's mirror names a bucket)
+        is shared with `namespace`; None when no resource on the connection declares it."""
+        reader = next((each for each in self._backed if each.resource.kind == kind), None)
+        stream = name
+        if reader is not None and not name.startswith(reader.stream_prefix):
+            stream = reader.stream_prefix + name
+        owners = [
+            resource
+            for _, resource in declaring(stream, self._backed)
+            if connection_key(resource) == connection and not resource.deleting
+        ]
+        if not owners:
+            return None
+        return any(
+            resource.owner.namespace == namespace
+            or namespace in (resource.spec.get("sharedWith") or [])
+            for resource in owners
+        )
 
     def _stream_of(self, kind: str, owner: Owner, spec: Mapping[str, Any]) -> str | None:
         reference = spec.get("streamRef")

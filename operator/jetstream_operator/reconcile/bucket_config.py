@@ -28,7 +28,14 @@ def obj_subjects(bucket: str) -> list[str]:
 
 def _lifecycle(spec: KeyValueSpec | ObjectStoreSpec) -> dict[str, Any]:
     """The resource-level fields, carried over as the spec set them."""
-    fields = ("deletion_policy", "prevent_delete", "prevent_update", "adoption", "connection_ref")
+    fields = (
+        "deletion_policy",
+        "prevent_delete",
+        "prevent_update",
+        "adoption",
+        "connection_ref",
+        "shared_with",
+    )
     return {field: getattr(spec, field) for field in fields if field in spec.model_fields_set}
 
 

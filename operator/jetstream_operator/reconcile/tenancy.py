@@ -4,7 +4,7 @@ the registries."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +99,16 @@ def stored_bytes(resource: Resource) -> tuple[str, int] | None:
     return storage, int(resource.spec.get("maxBytes", -1) or -1)
 
 
+Shared = Callable[[str], bool | None]
+"""Whether the stream a resource reads (as its spec names it) is shared with the resource's
+namespace: True (its own, or in spec.sharedWith), False (another namespace's, not shared), or
+None (no resource on the connection declares it)."""
+
+
+def nobody_declares(_: str) -> bool | None:
+    return None
+
+
 def refusal(
     tenancy: Tenancy,
     namespace: str,
@@ -106,19 +116,30 @@ def refusal(
     ahead: Iterable[Resource],
     *,
     made: bool = False,
+    shared: Shared = nobody_declares,
 ) -> Refused | None:
     """Why the tenancy refuses the resource, or None. `ahead` are the namespace's resources on
     the same connection that count against its quotas before this one (those already made in
     NATS, then those created earlier). A resource already `made` is not counted again: a
     lowered quota refuses new resources, and the bytes of a made one's changes."""
-    return rule_broken(tenancy, namespace, resource) or quota_exceeded(
+    return rule_broken(tenancy, namespace, resource, shared) or quota_exceeded(
         tenancy, namespace, resource, list(ahead), made=made
     )
 
 
-def rule_broken(tenancy: Tenancy, namespace: str, resource: Resource) -> Refused | None:
+def rule_broken(
+    tenancy: Tenancy, namespace: str, resource: Resource, shared: Shared = nobody_declares
+) -> Refused | None:
     spec = resource.spec
     served = f"the connection's tenancy for namespace {namespace}"
+    for field, stream in streams_read(resource):
+        if shared(stream) is False:
+            return Refused(
+                f"{field} {stream!r} belongs to a resource of another namespace that does not "
+                f"share it with namespace {namespace}: its owners can add {namespace} to its "
+                "spec.sharedWith",
+                NOT_PERMITTED,
+            )
     if tenancy.name_prefix:
         prefix = rendered(tenancy.name_prefix, namespace)
         for field, name in names(resource):
@@ -129,11 +150,11 @@ def rule_broken(tenancy: Tenancy, namespace: str, resource: Resource) -> Refused
                     NOT_PERMITTED,
                 )
         for field, stream in streams_read(resource):
-            if not stream.startswith(prefix):
+            if not stream.startswith(prefix) and not shared(stream):
                 return Refused(
                     f"{field} {stream!r} is not a stream of namespace {namespace} (names start "
-                    f"with {prefix!r} under {served}): streams of other namespaces are not "
-                    "readable through this connection",
+                    f"with {prefix!r} under {served}): another namespace's stream is readable "
+                    "only when its resource shares it (spec.sharedWith)",
                     NOT_PERMITTED,
                 )
     if tenancy.subject_prefixes:
