@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
+from jetstream_operator.reconcile.ownership import RECORD_KEYS
 
 S = 1_000_000_000
 
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """A config without the owner record and the server's `_nats.*` bookkeeping."""
+    """A config without the operator's records (owner, retained-by) and the server's
+    `_nats.*` bookkeeping."""
     metadata = {
         key: value
         for key, value in (config.get("metadata") or {}).items()
-        if key != OWNER_METADATA_KEY and not key.startswith("_nats")
+        if key not in RECORD_KEYS and not key.startswith("_nats")
     }
     return {**config, "metadata": metadata}
 

@@ -9,7 +9,7 @@ from kubernetes import client
 from nats.aio.client import Client
 
 from jetstream_operator.nats.jsapi import JetStreamApi
-from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, RETAINED_METADATA_KEY
 
 from .helpers import Resources, condition, event_posted, eventually, is_ready
 
@@ -39,9 +39,32 @@ async def test_retain_leaves_the_stream_and_its_messages(
     info = await JetStreamApi(nc).stream_info(stream)
     assert info is not None, "Retain must keep the stream"
     assert info["state"]["messages"] == 3
-    assert OWNER_METADATA_KEY not in (info["config"].get("metadata") or {})
+    metadata = info["config"].get("metadata") or {}
+    assert OWNER_METADATA_KEY not in metadata
+    assert metadata[RETAINED_METADATA_KEY].startswith(f"{namespace}/keep/")
     # The object is gone with its status; the Event says what became of the stream.
     await event_posted(api_client, namespace, "keep", "Retained")
+    # Another resource finds it kept by someone else: no adoption, no change.
+    resources.create("streams", manifest("other", stream, subjects=[f"{stream}.in"]))
+
+    async def conflict() -> bool:
+        ready = condition(resources.get("streams", "other"))
+        return (
+            "deletionPolicy: Retain" in str(ready.get("message"))
+            and ready.get("reason") == "Conflict"
+        )
+
+    await eventually(conflict)
+    resources.delete("streams", "other")
+    await eventually(lambda: _absent(resources, "other"))
+    # The same manifest applied again takes its stream back, messages and all.
+    resources.create("streams", manifest("keep", stream, subjects=[f"{stream}.in"], **policy))
+    await eventually(lambda: _ready(resources, "keep"))
+    info = await JetStreamApi(nc).stream_info(stream)
+    assert info is not None and info["state"]["messages"] == 3
+    metadata = info["config"].get("metadata") or {}
+    assert RETAINED_METADATA_KEY not in metadata and metadata[OWNER_METADATA_KEY]
+    await event_posted(api_client, namespace, "keep", "Reattached")
 
 
 @pytest.mark.integration

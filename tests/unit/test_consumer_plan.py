@@ -27,7 +27,7 @@ from jetstream_operator.reconcile.consumer_plan import (
     plan_consumer,
     release_request,
 )
-from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, RETAINED_METADATA_KEY, Owner
 
 from .consumer_figures import (
     OWNER,
@@ -255,11 +255,16 @@ def test_only_the_owning_resource_may_delete() -> None:
     assert not may_delete(OWNER, info({**RECORDED_PULL, "metadata": SERVER_METADATA}))
 
 
-def test_release_removes_only_our_mark() -> None:
+def test_release_turns_our_mark_into_a_record_of_who_retained_it() -> None:
     current = current_for(metadata={"team": "a"})
     released = release_request(OWNER, current)
     assert released is not None
-    assert released["metadata"] == {"team": "a"}
+    assert released["metadata"] == {"team": "a", RETAINED_METADATA_KEY: OWNER.encode()}
+    again = Owner(OWNER.namespace, OWNER.name, "uid-new")
+    reattached = plan_consumer(spec(metadata={"team": "a"}), again, True, info(released))
+    assert not isinstance(reattached, OwnedElsewhere), reattached
+    other = plan_consumer(spec(), Owner(OWNER.namespace, "x", "u"), True, info(released))
+    assert isinstance(other, OwnedElsewhere) and other.retained and other.reason == "Conflict"
     assert release_request(Owner("x", "y", "z"), current) is None
 
 

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from jetstream_operator.api.stream import StreamSpec
 from jetstream_operator.reconcile.live_state import existed_before
-from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, Owner
+from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, RETAINED_METADATA_KEY, Owner
 from jetstream_operator.reconcile.renames import Refused
 from jetstream_operator.reconcile.stream_config import config_differences, desired_stream_config
 from jetstream_operator.reconcile.stream_plan import (
@@ -182,12 +182,30 @@ def test_create_only_fields_are_kept_as_the_server_has_them_and_never_drift() ->
     assert isinstance(action, UpdateStream) and "first_seq" not in action.config
 
 
-def test_release_removes_only_our_mark() -> None:
+def test_release_turns_our_mark_into_a_record_of_who_retained_it() -> None:
     current = server_view(desired_stream_config(spec(metadata={"team": "a"}), OWNER))
     released = release_request(OWNER, {"config": current})
     assert released is not None
-    assert released["metadata"] == {"team": "a"}
+    assert released["metadata"] == {"team": "a", RETAINED_METADATA_KEY: OWNER.encode()}
     assert release_request(Owner("x", "y", "z"), {"config": current}) is None
+
+
+def test_the_resource_that_retained_a_stream_reattaches_and_no_other_without_adoption() -> None:
+    """Re-applying the manifest of a stream kept by deletionPolicy: Retain takes it back (a
+    new UID, same namespace/name); any other resource must adopt it, as an unowned one."""
+    released = release_request(OWNER, {"config": server_view(desired_stream_config(spec(), OWNER))})
+    assert released is not None
+    again = Owner(OWNER.namespace, OWNER.name, "uid-new")
+    action = plan_stream(spec(), again, {"config": released})
+    assert isinstance(action, UpdateStream)
+    assert action.config["metadata"] == {OWNER_METADATA_KEY: again.encode()}
+    other = Owner(OWNER.namespace, "someone-else", "uid-9")
+    refused = plan_stream(spec(), other, {"config": released})
+    assert isinstance(refused, OwnedElsewhere) and refused.retained
+    assert "kept in NATS when another resource that managed it was deleted" in refused.message()
+    assert isinstance(
+        plan_stream(spec(adoption="IfUnowned"), other, {"config": released}), UpdateStream
+    )
 
 
 def test_retention_policy_defaults_to_delete_and_honours_nack_prevent_delete() -> None:

@@ -35,7 +35,7 @@ from ..reconcile.consumer_config import (
     consumer_differences,
     desired_consumer_config,
 )
-from ..reconcile.ownership import OWNER_METADATA_KEY, Owner
+from ..reconcile.ownership import RECORD_KEYS, Owner
 from ..reconcile.stream_config import (
     FieldDifference,
     ServerConfig,
@@ -77,7 +77,7 @@ def user_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     return {
         key: value
         for key, value in (metadata or {}).items()
-        if not key.startswith(SERVER_METADATA_PREFIX) and key != OWNER_METADATA_KEY
+        if not key.startswith(SERVER_METADATA_PREFIX) and key not in RECORD_KEYS
     }
 
 
@@ -85,7 +85,7 @@ def _without_owner(config: ServerConfig) -> ServerConfig:
     metadata = {
         key: value
         for key, value in (config.get("metadata") or {}).items()
-        if key != OWNER_METADATA_KEY
+        if key not in RECORD_KEYS
     }
     return {**config, "metadata": metadata}
 

@@ -34,7 +34,7 @@ from ..reconcile.consumer_plan import (
     release_request,
 )
 from ..reconcile.live_state import existed_before
-from ..reconcile.ownership import Owner, recorded_owner
+from ..reconcile.ownership import Owner, claimed_owner
 from ..reconcile.renames import renamed, restreamed
 from ..reconcile.stream_config import without_server_metadata
 from .failures import Basis, History, creates_unlooked, failure_basis
@@ -204,7 +204,7 @@ async def reconcile(
                     if history is not None and history.memory.repeats(owner.uid, observed, config):
                         result = not_converging(f"consumer {name}", action.summary())
                         return _settled(history, owner, stream_info, info, result)
-                    recorded = recorded_owner(dict(actual))
+                    recorded = claimed_owner(owner, dict(actual))
                     if owner.reattaching(recorded):
                         assert recorded is not None
                         events.append(reattached_event(f"consumer {name}", recorded, owner))

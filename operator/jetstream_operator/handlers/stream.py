@@ -20,7 +20,7 @@ from ..reconcile.live_state import (
     object_count_request,
     with_consumers_added,
 )
-from ..reconcile.ownership import Owner, recorded_owner
+from ..reconcile.ownership import Owner, claimed_owner
 from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.renames import Refused
 from ..reconcile.stream_config import without_server_metadata
@@ -146,7 +146,7 @@ async def reconcile(
                     ):
                         result = not_converging(what, action.summary())
                         return _settled(history, owner, info, result)
-                    recorded = recorded_owner(actual)
+                    recorded = claimed_owner(owner, actual)
                     info = await jetstream.update_stream(action.config)
                     if recorded is None:
                         events.append(Event("Normal", "Adopted", f"adopted {what}"))

@@ -14,10 +14,10 @@ from typing import Any
 
 from ..api.consumer import ConsumerSpec
 from .consumer_config import consumer_differences, desired_consumer_config, immutable_changes
-from .ownership import Owner, recorded_owner
+from .ownership import Owner, claimed_owner, retained_by
 from .renames import IMMUTABLE_FIELD_CHANGED
 from .stream_config import FieldDifference, ServerConfig, owner_difference
-from .stream_plan import InSync, UpdatesPrevented, may_delete, release_request, taken_elsewhere
+from .stream_plan import InSync, UpdatesPrevented, may_delete, release_request, unowned_or_taken
 
 __all__ = [
     "AdoptionRefused",
@@ -149,22 +149,13 @@ class OwnedElsewhere:
     owner: Owner | None
     asking: str = ""
     """The namespace of the resource that asked: another namespace's owner is not named."""
+    retained: bool = False
+    """Unowned because another resource's deletion retained it."""
     reason: str = "Conflict"
 
     def message(self) -> str:
         where = f"consumer {self.consumer!r} of stream {self.stream!r}"
-        if self.owner is not None and self.owner.namespace != self.asking:
-            return taken_elsewhere(where, "durableName")
-        if self.owner is None:
-            return (
-                f"{where} already exists in NATS and was not created by this operator; it is left "
-                "untouched. To manage it, set spec.adoption: IfUnowned; otherwise choose another "
-                "spec.durableName."
-            )
-        return (
-            f"{where} is managed by {self.owner.describe()}; it is left untouched. Choose another "
-            "spec.durableName, or delete the other resource first."
-        )
+        return unowned_or_taken(where, "durableName", self.owner, self.asking, self.retained)
 
 
 ConsumerAction = (
@@ -204,10 +195,13 @@ def plan_consumer(
     if consumer_info is None:
         return CreateConsumer(stream, desired)
     actual: Mapping[str, Any] = consumer_info.get("config") or {}
-    current_owner = recorded_owner(dict(actual))
+    current_owner = claimed_owner(owner, dict(actual))
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
-        return OwnedElsewhere(spec.durable_name, stream, current_owner, owner.namespace)
+        retained = retained_by(dict(actual)) is not None
+        return OwnedElsewhere(
+            spec.durable_name, stream, current_owner, owner.namespace, retained=retained
+        )
     differences = [
         *consumer_differences(desired, actual),
         *owner_difference(owner, current_owner),

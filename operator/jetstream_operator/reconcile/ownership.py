@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 OWNER_METADATA_KEY = "jetstream-operator.io/owner"
+RETAINED_METADATA_KEY = "jetstream-operator.io/retained-by"
+"""Left in place of the owner record by a deletion that retained the object: the same
+namespace/name re-attaches to it; any other resource needs adoption."""
+RECORD_KEYS = frozenset({OWNER_METADATA_KEY, RETAINED_METADATA_KEY})
+"""The operator's own records in an object's metadata, never the user's."""
 OWNER_FIELD = "owner"
 """The name a renewed owner record goes by in a plan's differences."""
 
@@ -52,3 +57,21 @@ def recorded_owner(server_config: dict[str, Any]) -> Owner | None:
     metadata = server_config.get("metadata") or {}
     value = metadata.get(OWNER_METADATA_KEY)
     return Owner.decode(value) if isinstance(value, str) else None
+
+
+def retained_by(server_config: dict[str, Any]) -> Owner | None:
+    """The resource whose deletion retained the object, if its record is there."""
+    metadata = server_config.get("metadata") or {}
+    value = metadata.get(RETAINED_METADATA_KEY)
+    return Owner.decode(value) if isinstance(value, str) else None
+
+
+def claimed_owner(owner: Owner, server_config: dict[str, Any]) -> Owner | None:
+    """The owner the object answers to for `owner`: its owner record, or, where it has none,
+    the record of the resource that retained it when that is `owner` again (re-applied after
+    its deletion, or restored): re-attaching to what it retained needs no adoption."""
+    recorded = recorded_owner(server_config)
+    if recorded is not None:
+        return recorded
+    retainer = retained_by(server_config)
+    return retainer if owner.same_resource(retainer) else None

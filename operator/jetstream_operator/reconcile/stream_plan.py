@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.stream import StreamSpec
-from .ownership import OWNER_METADATA_KEY, Owner, recorded_owner
+from .ownership import (
+    RECORD_KEYS,
+    RETAINED_METADATA_KEY,
+    Owner,
+    claimed_owner,
+    recorded_owner,
+    retained_by,
+)
 from .renames import Refused
 from .stream_config import (
     FieldDifference,
@@ -65,22 +72,37 @@ class OwnedElsewhere:
     owner: Owner | None
     asking: str = ""
     """The namespace of the resource that asked: another namespace's owner is not named."""
+    retained: bool = False
+    """Unowned because another resource's deletion retained it."""
 
     def message(self, what: str = "", name_field: str = "name") -> str:
         """`what` names the object as its kind does ("key-value bucket 'orders'")."""
         what = what or f"stream {self.stream!r}"
-        if self.owner is not None and self.owner.namespace != self.asking:
-            return taken_elsewhere(what, name_field)
-        if self.owner is None:
-            return (
-                f"{what} already exists in NATS and was not created by this operator; it is "
-                "left untouched. To manage it, set spec.adoption: IfUnowned; otherwise choose "
-                f"another spec.{name_field}."
-            )
+        return unowned_or_taken(what, name_field, self.owner, self.asking, self.retained)
+
+
+def unowned_or_taken(
+    what: str, name_field: str, owner: Owner | None, asking: str, retained: bool
+) -> str:
+    """Why an object in NATS is not this resource's, in words that name no other namespace."""
+    if owner is not None and owner.namespace != asking:
+        return taken_elsewhere(what, name_field)
+    if owner is None and retained:
         return (
-            f"{what} is managed by {self.owner.describe()}; it is left untouched. "
-            f"Choose another spec.{name_field}, or delete the other resource first."
+            f"{what} was kept in NATS when another resource that managed it was deleted "
+            "(deletionPolicy: Retain); it is left untouched. To manage it, set spec.adoption: "
+            f"IfUnowned; otherwise choose another spec.{name_field}."
         )
+    if owner is None:
+        return (
+            f"{what} already exists in NATS and was not created by this operator; it is "
+            "left untouched. To manage it, set spec.adoption: IfUnowned; otherwise choose "
+            f"another spec.{name_field}."
+        )
+    return (
+        f"{what} is managed by {owner.describe()}; it is left untouched. "
+        f"Choose another spec.{name_field}, or delete the other resource first."
+    )
 
 
 def taken_elsewhere(what: str, name_field: str) -> str:
@@ -159,10 +181,11 @@ def plan_stream(spec: StreamSpec, owner: Owner, info: dict[str, Any] | None) -> 
     actual: ServerConfig = info.get("config") or {}
     spec = following_server(spec, actual)
     desired = newer_flags_off(desired_stream_config(spec, owner), actual)
-    current_owner = recorded_owner(actual)
+    current_owner = claimed_owner(owner, actual)
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
-        return OwnedElsewhere(spec.name, current_owner, owner.namespace)
+        retained = retained_by(actual) is not None
+        return OwnedElsewhere(spec.name, current_owner, owner.namespace, retained)
     if refusal := first_sequence_refusal(spec, info):
         return refusal
     chosen = server_chosen_fields(spec)
@@ -197,15 +220,16 @@ def may_delete(owner: Owner, info: dict[str, Any] | None) -> bool:
 
 
 def release_request(owner: Owner, info: dict[str, Any]) -> ServerConfig | None:
-    """The update that removes our ownership mark from a retained stream, so it can be adopted
-    later; None when the stream is not ours."""
+    """The update that turns our owner record on a retained stream into a record of who
+    retained it: the same namespace/name re-attaches later, any other resource must adopt
+    it; None when the stream is not ours."""
     if not may_delete(owner, info):
         return None
     config = dict(info.get("config") or {})
     metadata = {
         key: value
         for key, value in (config.get("metadata") or {}).items()
-        if key != OWNER_METADATA_KEY and not key.startswith("_nats")
+        if key not in RECORD_KEYS and not key.startswith("_nats")
     }
-    config["metadata"] = metadata
+    config["metadata"] = {**metadata, RETAINED_METADATA_KEY: owner.encode()}
     return without_create_only(config, config)
