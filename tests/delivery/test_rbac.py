@@ -318,6 +318,46 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
             verb,
             resource,
         )
+    _only_its_finalizer_on_secrets(api_client, as_operator, cluster_release.namespace)
+
+
+def _only_its_finalizer_on_secrets(
+    admin: client.ApiClient, as_operator: client.ApiClient, namespace: str
+) -> None:
+    """The chart's Secret policy: `patch` on Secrets, which RBAC grants for the finalizer,
+    changes nothing else, whatever the operator's ServiceAccount sends."""
+    name = "held-credentials"
+    client.CoreV1Api(admin).create_namespaced_secret(
+        namespace,
+        client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data={"token": "t"}),
+    )
+    core = client.CoreV1Api(as_operator)
+    deadline = time.monotonic() + 30  # the policy applies once the API server loaded it
+    while True:
+        try:
+            core.patch_namespaced_secret(name, namespace, {"stringData": {"token": "stolen"}})
+        except client.ApiException as error:
+            assert error.status == 403, error
+            assert "may only add or remove its own finalizer" in str(error.body)
+            break
+        assert time.monotonic() < deadline, "the operator rewrote a Secret's data"
+        client.CoreV1Api(admin).patch_namespaced_secret(
+            name, namespace, {"stringData": {"token": "t"}}
+        )
+        time.sleep(0.5)
+    for change in ({"metadata": {"labels": {"x": "y"}}}, {"metadata": {"finalizers": ["other/x"]}}):
+        try:
+            core.patch_namespaced_secret(name, namespace, change)
+            raise AssertionError(f"admitted: {change}")
+        except client.ApiException as error:
+            assert error.status == 403, error
+    held = {"metadata": {"finalizers": ["jetstream-operator.io/in-use"]}}
+    core.patch_namespaced_secret(name, namespace, held)
+    core.patch_namespaced_secret(name, namespace, {"metadata": {"finalizers": None}})
+    secret = client.CoreV1Api(admin).read_namespaced_secret(name, namespace)
+    assert secret.data == {"token": "dA=="}
+    assert secret.metadata is not None and not secret.metadata.finalizers
+    client.CoreV1Api(admin).delete_namespaced_secret(name, namespace)
 
 
 def _aggregation_runs(api: client.ApiClient) -> bool:
