@@ -299,3 +299,50 @@ async def test_each_new_resource_is_told_as_its_watch_brings_it() -> None:
         ("streams", {"metadata": {"name": "s0", "uid": "u0"}}),
         ("consumers", {"metadata": {"name": "c0", "uid": "u2"}}),
     ]
+
+
+# -- one namespace's burst is its own ------------------------------------------------------------
+
+NAMESPACED = "https://127.0.0.1:6443/apis/jetstream-operator.io/v1alpha1/namespaces/{}/streams"
+
+
+def added_in(namespace: str, name: str) -> bytes:
+    return b'{"type":"ADDED","object":{"metadata":{"name":"%s","namespace":"%s"}}}\n' % (
+        name.encode(),
+        namespace.encode(),
+    )
+
+
+async def test_a_burst_in_one_namespace_holds_only_that_namespaces_writes() -> None:
+    """Team A applying hundreds of resources must not hold team B's status writes
+    (docs/tenancy.md): a burst is counted, and waited out, per namespace."""
+    burst = Burst(2.0, threshold=32, quiet=0.2)
+    limit = RequestLimit(8, burst=burst)
+    watch = "https://127.0.0.1:6443/apis/jetstream-operator.io/v1alpha1/streams?watch=true"
+    await read_watch(limit, watch, [b"".join(added_in("team-a", f"s{i}") for i in range(50))])
+    assert burst.holding("team-a") and not burst.holding("team-b")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await limit(request(NAMESPACED.format("team-b") + "/x/status"), Server.answer)
+    assert loop.time() - started < 0.05  # B's write went at once
+    await limit(request(NAMESPACED.format("team-a") + "/x/status"), Server.answer)
+    assert loop.time() - started >= 0.1  # A's waited for its own burst's quiet
+    assert await limit.after_creations("team-b") == 0.0
+
+
+async def test_waiting_requests_are_served_a_namespace_at_a_time() -> None:
+    """Under the cap, a namespace's one request is not queued behind another's backlog."""
+    limit, server = RequestLimit(1), Server()
+    order: list[str] = []
+
+    async def call(namespace: str, index: int) -> None:
+        await limit(request(NAMESPACED.format(namespace) + f"/s{index}"), server)
+        order.append(namespace)
+
+    backlog = [asyncio.create_task(call("team-a", i)) for i in range(20)]
+    await asyncio.sleep(0.01)
+    single = asyncio.create_task(call("team-b", 0))
+    await asyncio.sleep(0.01)
+    server.release.set()
+    await asyncio.gather(*backlog, single)
+    assert order.index("team-b") <= 2, order

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import suppress
 from typing import Any
@@ -78,19 +79,36 @@ class AdaptiveLimit:
             self._answers_since_change = 0
 
 
+class _Arrivals:
+    """One namespace's recent arrivals, for Burst."""
+
+    __slots__ = ("arrivals", "began", "in_window", "last")
+
+    def __init__(self) -> None:
+        self.arrivals: deque[tuple[float, int]] = deque()
+        self.in_window = 0
+        self.last = -math.inf
+        self.began: float | None = None
+
+    def forget_before(self, moment: float) -> None:
+        while self.arrivals and self.arrivals[0][0] < moment:
+            self.in_window -= self.arrivals.popleft()[1]
+
+
 class Burst:
     """Whether people are creating (or deleting) resources of the operator's kinds in a burst
-    right now.
+    right now, in a namespace.
 
     A `kubectl apply` or an Argo CD sync of hundreds of resources competes with the operator's
     own writes for the API server's CPU; each write the operator makes during the burst slows
     the apply down, and the apply's last resource is what the person waits for. A `kubectl
     delete -f` of as many does the same, and each of its deletions brings the operator's
     finalizer removal and Event. While the operator's watches bring at least `threshold` of
-    them within `window` seconds, and the last came within `quiet` seconds, its writes wait,
-    for at most `most_hold` seconds from the start of the burst: a burst that never ends
-    delays the operator once, then no more. Reads and the work in NATS go on meanwhile.
-    `seen_total` counts what was seen, for the metrics.
+    them within `window` seconds, and the last came within `quiet` seconds, its writes in that
+    namespace wait, for at most `most_hold` seconds from the start of the burst: a burst that
+    never ends delays the operator once, then no more. Reads and the work in NATS go on
+    meanwhile. Bursts are kept per namespace, so one team's apply never holds another team's
+    writes (docs/tenancy.md). `seen_total` counts what was seen, for the metrics.
     """
 
     def __init__(
@@ -106,53 +124,63 @@ class Burst:
         self.window, self.quiet = window, quiet
         self.clock = clock
         self.seen_total = seen_total
-        self._arrivals: deque[tuple[float, int]] = deque()
-        self._in_window = 0
-        self._last = -math.inf
-        self._began: float | None = None
+        self._namespaces: dict[str, _Arrivals] = {}
 
-    def seen(self, count: int) -> None:
+    def seen(self, count: int, namespace: str = "") -> None:
         if count <= 0:
             return
         self.seen_total.inc(count)
         now = self.clock()
-        if now - self._last >= self.quiet:
-            self._began = None  # a new burst, whether or not anyone asked in between
-        self._arrivals.append((now, count))
-        self._in_window += count
-        self._last = now
-        self._forget_before(now - self.window)
+        arrivals = self._namespaces.get(namespace)
+        if arrivals is None:
+            self._forget_quiet(now)
+            arrivals = self._namespaces[namespace] = _Arrivals()
+        if now - arrivals.last >= self.quiet:
+            arrivals.began = None  # a new burst, whether or not anyone asked in between
+        arrivals.arrivals.append((now, count))
+        arrivals.in_window += count
+        arrivals.last = now
+        arrivals.forget_before(now - self.window)
 
-    def holding(self) -> bool:
-        now = self.clock()
-        self._forget_before(now - self.window)
-        if now - self._last >= self.quiet or self._in_window < self.threshold:
-            self._began = None
+    def _forget_quiet(self, now: float) -> None:
+        """Namespaces without an arrival for a while: nothing of theirs is held."""
+        stale = now - max(self.window, self.quiet) - self.most_hold
+        for namespace in [key for key, each in self._namespaces.items() if each.last < stale]:
+            del self._namespaces[namespace]
+
+    def holding(self, namespace: str = "") -> bool:
+        arrivals = self._namespaces.get(namespace)
+        if arrivals is None:
             return False
-        if self._began is None:
-            self._began = now
-        return now - self._began < self.most_hold
+        now = self.clock()
+        arrivals.forget_before(now - self.window)
+        if now - arrivals.last >= self.quiet or arrivals.in_window < self.threshold:
+            arrivals.began = None
+            return False
+        if arrivals.began is None:
+            arrivals.began = now
+        return now - arrivals.began < self.most_hold
 
-    def _until_it_may_end(self) -> float:
+    def _until_it_may_end(self, namespace: str) -> float:
         """Seconds until the burst's quiet or its hold runs out, if nothing else arrives."""
-        ends = self._last + self.quiet
-        if self._began is not None:
-            ends = min(ends, self._began + self.most_hold)
+        arrivals = self._namespaces.get(namespace)
+        if arrivals is None:
+            return 0.01
+        ends = arrivals.last + self.quiet
+        if arrivals.began is not None:
+            ends = min(ends, arrivals.began + self.most_hold)
         return max(0.01, ends - self.clock())
 
-    def _forget_before(self, moment: float) -> None:
-        while self._arrivals and self._arrivals[0][0] < moment:
-            self._in_window -= self._arrivals.popleft()[1]
-
-    async def wait(self) -> float:
-        """Until the burst is over or has been held for `most_hold`; the seconds waited."""
-        if not self.holding():
+    async def wait(self, namespace: str = "") -> float:
+        """Until the namespace's burst is over or has been held for `most_hold`; the seconds
+        waited."""
+        if not self.holding(namespace):
             return 0.0
         started = self.clock()
         WRITES_YIELDED.inc()
         try:
-            while self.holding():
-                await asyncio.sleep(self._until_it_may_end())
+            while self.holding(namespace):
+                await asyncio.sleep(self._until_it_may_end(namespace))
         finally:
             YIELDED_SECONDS.inc(self.clock() - started)
         return self.clock() - started
@@ -269,7 +297,7 @@ class DeletionRequests:
         self._deleting: dict[str, float] = {}  # uid: when first seen deleting, in time order
 
     def seen(self, events: list[bytes]) -> None:
-        now, requested = self.clock(), 0
+        now, requested = self.clock(), Counter[str]()
         while self._deleting:
             oldest, when = next(iter(self._deleting.items()))
             if now - when <= self.remember:
@@ -283,8 +311,9 @@ class DeletionRequests:
                 self._deleting.pop(uid, None)
             elif uid not in self._deleting:
                 self._deleting[uid] = now
-                requested += 1
-        self.burst.seen(requested)
+                requested[event_namespace(event)] += 1
+        for namespace, count in requested.items():
+            self.burst.seen(count, namespace)
 
 
 def _uid(event: bytes) -> str | None:
@@ -293,6 +322,22 @@ def _uid(event: bytes) -> str | None:
     except (ValueError, KeyError, TypeError):
         return None
     return uid if isinstance(uid, str) else None
+
+
+_EVENT_NAMESPACE = re.compile(rb'"namespace":"([^"]*)"')
+_PATH_NAMESPACE = re.compile(r"/namespaces/([^/]+)")
+
+
+def event_namespace(event: bytes) -> str:
+    """The namespace of a watch event's object: the first `namespace` of its line is its
+    metadata's (kube-apiserver writes apiVersion, kind, then metadata)."""
+    found = _EVENT_NAMESPACE.search(event)
+    return found.group(1).decode() if found else ""
+
+
+def request_namespace(request: aiohttp.ClientRequest) -> str:
+    found = _PATH_NAMESPACE.search(request.url.path)
+    return found.group(1) if found else ""
 
 
 def is_watch(request: aiohttp.ClientRequest) -> bool:
@@ -311,6 +356,39 @@ def yields(request: aiohttp.ClientRequest) -> bool:
         return False
     path = request.url.path
     return path.startswith(f"/apis/{GROUP}/") or is_event(request)
+
+
+class NamespaceTurns:
+    """Requests waiting for a place, by namespace: `pop` takes the oldest of the namespace
+    whose turn it is, then moves that namespace to the back of the line."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, deque[asyncio.Future[None]]] = {}
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, namespace: str, turn: asyncio.Future[None]) -> None:
+        self._queues.setdefault(namespace, deque()).append(turn)
+        self._size += 1
+
+    def remove(self, namespace: str, turn: asyncio.Future[None]) -> None:
+        queue = self._queues.get(namespace)
+        if queue is not None and turn in queue:
+            queue.remove(turn)
+            self._size -= 1
+            if not queue:
+                del self._queues[namespace]
+
+    def pop(self) -> asyncio.Future[None]:
+        namespace, queue = next(iter(self._queues.items()))
+        turn = queue.popleft()
+        self._size -= 1
+        del self._queues[namespace]
+        if queue:
+            self._queues[namespace] = queue  # to the back of the line
+        return turn
 
 
 class RequestLimit:
@@ -346,8 +424,8 @@ class RequestLimit:
         self._bursts = [each for each in held_by if each is not None]
         self._lull = lull
         self._in_flight = 0
-        self._waiting: deque[asyncio.Future[None]] = deque()
-        self._waiting_events: deque[asyncio.Future[None]] = deque()
+        self._waiting = NamespaceTurns()
+        self._waiting_events = NamespaceTurns()
         KUBE_REQUEST_LIMIT.set(limit)
 
     @property
@@ -374,20 +452,26 @@ class RequestLimit:
         if writing is not None:
             writing.began()  # before a burst's wait: held writes are writes to come
         try:
+            namespace = request_namespace(request)
             if self._bursts and yields(request):
                 for burst in self._bursts:
-                    await burst.wait()
-            return await self._limited(request, handler, later=event and lull is not None)
+                    await burst.wait(namespace)
+            later = event and lull is not None
+            return await self._limited(request, handler, later=later, namespace=namespace)
         finally:
             if writing is not None:
                 writing.ended()
 
     async def _limited(
-        self, request: aiohttp.ClientRequest, handler: ClientHandlerType, later: bool
+        self,
+        request: aiohttp.ClientRequest,
+        handler: ClientHandlerType,
+        later: bool,
+        namespace: str = "",
     ) -> aiohttp.ClientResponse:
         if not self._most:
             return await handler(request)
-        await self._enter(later)
+        await self._enter(later, namespace)
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -407,7 +491,8 @@ class RequestLimit:
         if self._deletions is not None and deleting:
             self._deletions.seen(deleting)
         if self._burst is not None:
-            self._burst.seen(len(added))
+            for namespace, count in Counter(map(event_namespace, added)).items():
+                self._burst.seen(count, namespace)
         if self._added is not None:
             for event in added:
                 try:
@@ -417,20 +502,22 @@ class RequestLimit:
                 if isinstance(body, dict):
                     self._added(plural, body)
 
-    async def after_creations(self) -> float:
-        """Wait out a burst of creations as a write would; the seconds waited. For a handler
-        whose next write reports on things the burst is still bringing (a new stream's first
-        status counts the consumers applied after it)."""
-        return await self._burst.wait() if self._burst is not None else 0.0
+    async def after_creations(self, namespace: str = "") -> float:
+        """Wait out a burst of creations in the namespace as a write would; the seconds
+        waited. For a handler whose next write reports on things the burst is still bringing
+        (a new stream's first status counts the consumers applied after it)."""
+        return await self._burst.wait(namespace) if self._burst is not None else 0.0
 
-    async def _enter(self, later: bool = False) -> None:
-        """A place under the limit; `later` ones only once no other request waits."""
+    async def _enter(self, later: bool = False, namespace: str = "") -> None:
+        """A place under the limit; `later` ones only once no other request waits. Waiting
+        requests are served a namespace at a time in turn, so one namespace's burst of writes
+        does not queue another namespace's behind all of it."""
         if self._in_flight < self.limit and not self._waiting and not self._waiting_events:
             self._in_flight += 1
             return
         queue = self._waiting_events if later else self._waiting
         turn = asyncio.get_running_loop().create_future()
-        queue.append(turn)
+        queue.append(namespace, turn)
         self._count_waiting()
         try:
             await turn  # _admit counts us in before it wakes us
@@ -439,16 +526,17 @@ class RequestLimit:
                 self._in_flight -= 1
                 self._admit()
             else:
-                queue.remove(turn)
+                queue.remove(namespace, turn)
                 self._count_waiting()
             raise
 
     def _admit(self) -> None:
-        """Wakes waiters in arrival order while there is room, Events last: one wake-up per
-        place, not one for every waiter on every answer (a burst queues thousands)."""
+        """Wakes waiters while there is room, namespaces in turn and each in arrival order,
+        Events last: one wake-up per place, not one for every waiter on every answer (a burst
+        queues thousands)."""
         for queue in (self._waiting, self._waiting_events):
             while queue and self._in_flight < self.limit:
-                turn = queue.popleft()
+                turn = queue.pop()
                 if not turn.done():
                     self._in_flight += 1
                     turn.set_result(None)

@@ -4,6 +4,7 @@ envelope, and its part in gathering the consumers applied with a new stream."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from ..handlers import consumer as consumer_handlers
@@ -65,7 +66,7 @@ async def reconcile(
             new_consumers,
             GATHER_TIMEOUT,
             start_within=GATHER_START_WITHIN,
-            first=memo.kube_request_limit.after_creations,
+            first=partial(memo.kube_request_limit.after_creations, call.namespace),
             stall=GATHER_STALL,
             connection=connection,
             reply=consumer_handlers.planning_view(reply),
