@@ -24,7 +24,7 @@ from typing import Any
 
 from convergence import stream_body
 from harness import deadline_guard, machine, save_result
-from servers import Bench
+from servers import OPERATOR_ENV, Bench
 from watches import is_ready, wait_ready
 
 
@@ -72,7 +72,7 @@ def one_round(bench: Bench, burst: int, index: int, tries: list[float], wanted: 
     return last - started
 
 
-def report(burst: int, tries: list[float], rounds: list[float]) -> str:
+def report(burst: int, tries: list[float], rounds: list[float], settings: list[str]) -> str:
     ordered = sorted(tries)
 
     def at(share: float) -> float:
@@ -84,7 +84,8 @@ def report(burst: int, tries: list[float], rounds: list[float]) -> str:
     lines = [
         f"## Fairness between namespaces, {time.strftime('%Y-%m-%d')}",
         "",
-        f"{machine()}. One operator (default settings), one nats-server. While namespace A "
+        f"{machine()}. One operator ({', '.join(settings) or 'default settings'}), one "
+        "nats-server. While namespace A "
         f"converges {burst:,} Streams (applied 8 at a time), one Stream at a time is applied in "
         "namespace B and timed until Ready; tries that ended after the burst was Ready are not "
         "counted.",
@@ -105,7 +106,15 @@ def main() -> int:
     parser.add_argument("--tries", type=int, default=20)
     parser.add_argument("--max-rounds", type=int, default=10)
     parser.add_argument("--deadline", type=float, default=3600)
+    parser.add_argument(
+        "--operator-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the operator, e.g. JETSTREAM_OPERATOR_WORKERS=0",
+    )
     args = parser.parse_args()
+    OPERATOR_ENV.update(pair.split("=", 1) for pair in args.operator_env)
     deadline_guard(args.deadline)
     tries: list[float] = []
     rounds: list[float] = []
@@ -120,7 +129,7 @@ def main() -> int:
     if not tries:
         print("no try ended while a burst was converging", file=sys.stderr)
         return 1
-    text = report(args.burst, tries, rounds)
+    text = report(args.burst, tries, rounds, args.operator_env)
     print(text)
     save_result("fairness", text)
     return 0
