@@ -37,15 +37,32 @@ def test_rendered_policies_are_the_files_and_go_with_the_crds(helm: Helm) -> Non
             (doc["kind"], doc["metadata"]["name"]): doc
             for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
             for doc in find(objects, kind)
+            if not doc["metadata"]["name"].endswith(SECRET_POLICY_SUFFIX)
         }
         assert set(rendered) == set(files)
         for key, doc in rendered.items():
             annotations = doc["metadata"].pop("annotations", {})
             assert annotations == ({"helm.sh/resource-policy": "keep"} if kept else {})
             assert doc == files[key]
-    without = helm.render({"crds.enabled": "false"})
+    without = helm.render({"crds.enabled": "false", "rbac.secrets": "false"})
     assert not find(without, "ValidatingAdmissionPolicy")
     assert not find(without, "CustomResourceDefinition")
+
+
+SECRET_POLICY_SUFFIX = "-secrets"
+"""The chart's own policy on the operator's Secret writes (templates/secret-policy.yaml)."""
+
+
+def test_the_secret_policy_goes_with_the_operators_secret_rights(helm: Helm) -> None:
+    """Where the chart grants patch on Secrets, its policy holds that patch to the finalizer."""
+    for values, present in (({}, True), ({"rbac.secrets": "false"}, False)):
+        names = [
+            doc["metadata"]["name"]
+            for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+            for doc in find(helm.render(values), kind)
+            if doc["metadata"]["name"].endswith(SECRET_POLICY_SUFFIX)
+        ]
+        assert len(names) == (2 if present else 0), (values, names)
 
 
 def test_network_policy_allows_nats_api_server_dns_and_metrics_only(helm: Helm) -> None:
