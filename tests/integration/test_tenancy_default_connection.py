@@ -165,28 +165,37 @@ async def test_the_tenancy_refuses_before_nats_and_allows_the_namespaces_own(
         await eventually(second_ready, timeout=60)
         await audit.stop()
 
-        # Another namespace's streams: readable only where their resource shares them.
-        for name, shared in (("open", [namespace]), ("closed", [])):
-            theirs.create(
-                "streams",
-                {
-                    "kind": "Stream",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "name": f"{other}-{name.upper()}",
-                        "subjects": [f"{other}.{name}"],
-                        "maxBytes": 1000,
-                        "sharedWith": shared,
-                    },
+        # Another namespace's streams: readable only where their resource shares them. The
+        # other namespace's quota is one Stream, so the unshared one is a KeyValue bucket.
+        theirs.create(
+            "streams",
+            {
+                "kind": "Stream",
+                "metadata": {"name": "open"},
+                "spec": {
+                    "name": f"{other}-OPEN",
+                    "subjects": [f"{other}.open"],
+                    "maxBytes": 1000,
+                    "sharedWith": [namespace],
                 },
-            )
+            },
+        )
+        theirs.create(
+            "keyvalues",
+            {
+                "kind": "KeyValue",
+                "metadata": {"name": "closed"},
+                "spec": {"bucket": f"{other}-closed", "maxBytes": 1000},
+            },
+        )
+        for name, stream in (("open", f"{other}-OPEN"), ("closed", f"KV_{other}-closed")):
             as_tenant(
                 tenant,
                 namespace,
                 "consumers",
                 "Consumer",
                 f"on-{name}",
-                {"durableName": f"{prefix}{name}", "streamName": f"{other}-{name.upper()}"},
+                {"durableName": f"{prefix}{name}", "streamName": stream},
             )
 
         async def reads_the_shared_one() -> bool:
