@@ -3,6 +3,7 @@ namespace may name, bind and use, decided before anything is asked of NATS."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -183,3 +184,19 @@ def test_another_namespaces_stream_is_read_only_where_its_resource_shares_it() -
     )
     # A stream no resource declares is not the operator's to guard (only prefixes apply).
     assert reading("c", "Consumer", {"durableName": "r", "streamName": "APP_MADE"}) == ""
+
+
+def test_the_namespaces_other_resources_are_read_only_where_a_quota_applies() -> None:
+    """Every pass asks the gate; without a quota for the resource it must not scan its
+    namespace (thousands of resources, each pass)."""
+
+    def unread() -> Iterator[Resource]:
+        raise AssertionError("the namespace's resources were read")
+        yield  # pragma: no cover
+
+    prefixes_only = Tenancy.model_validate({"namePrefix": "{namespace}-"})
+    assert refusal(prefixes_only, "team-a", stream("team-a-s"), unread()) is None
+    consumers_only = Tenancy.model_validate({"quotas": {"consumers": 5}})
+    assert refusal(consumers_only, "team-a", stream("team-a-s"), unread()) is None
+    made_stream = Tenancy.model_validate({"quotas": {"streams": 5}})
+    assert refusal(made_stream, "team-a", stream("team-a-s"), unread(), made=True) is None

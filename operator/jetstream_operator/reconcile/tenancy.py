@@ -120,11 +120,24 @@ def refusal(
 ) -> Refused | None:
     """Why the tenancy refuses the resource, or None. `ahead` are the namespace's resources on
     the same connection that count against its quotas before this one (those already made in
-    NATS, then those created earlier). A resource already `made` is not counted again: a
-    lowered quota refuses new resources, and the bytes of a made one's changes."""
-    return rule_broken(tenancy, namespace, resource, shared) or quota_exceeded(
-        tenancy, namespace, resource, list(ahead), made=made
-    )
+    NATS, then those created earlier), read only where a quota applies: each pass under a
+    quota reads its namespace's resources once. A resource already `made` is not counted
+    again: a lowered quota refuses new resources, and the bytes of a made one's changes."""
+    broken = rule_broken(tenancy, namespace, resource, shared)
+    if broken is not None or not limits_apply(tenancy, resource, made):
+        return broken  # the namespace's other resources are not even looked at
+    return quota_exceeded(tenancy, namespace, resource, list(ahead), made=made)
+
+
+def limits_apply(tenancy: Tenancy, resource: Resource, made: bool) -> bool:
+    """Whether a quota counting the namespace's resources applies to this one."""
+    quotas = tenancy.quotas
+    counted = not made and getattr(quotas, QUOTA_OF_KIND[resource.kind][0]) is not None
+    stored = stored_bytes(resource)
+    if stored is None:
+        return counted
+    byte_limit = quotas.max_bytes_file if stored[0] == "file" else quotas.max_bytes_memory
+    return counted or byte_limit is not None
 
 
 def rule_broken(
