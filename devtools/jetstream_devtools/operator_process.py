@@ -49,6 +49,9 @@ class OperatorProcess:
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
             "JETSTREAM_OPERATOR_NATS_URL": self.nats_url,
+            # The tests and benchmarks are one team: the default connection serves every
+            # namespace (a test of the selector sets its own).
+            "JETSTREAM_OPERATOR_NAMESPACE_SELECTOR": "{}",
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
         }

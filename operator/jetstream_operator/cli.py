@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 DEFAULT_DEV_DIR = Path(".dev")
+EVERY_NAMESPACE_JSON = "{}"
+"""A label selector selecting every namespace (JETSTREAM_OPERATOR_NAMESPACE_SELECTOR)."""
 REGISTRY_HANDLERS = ("Handler 'remember_",)
 """kopf logs every watch event these bookkeeping handlers see; that is noise, and costly."""
 
@@ -160,11 +162,14 @@ def _dev(args: argparse.Namespace) -> int:
         print(f"export KUBECONFIG={state.kubeconfig.resolve()}")
         print(f"export NATS_URL={state.nats_url}")
         print(f"export JETSTREAM_OPERATOR_NATS_URL={state.nats_url}")
+        # One team on a workstation: the default connection serves every namespace.
+        print(f"export JETSTREAM_OPERATOR_NAMESPACE_SELECTOR='{EVERY_NAMESPACE_JSON}'")
         if state.node_image:
             repository, tag = state.node_image.rsplit(":", 1)
             print(
                 f"# {state.node_image} is loaded into the node; install the chart with "
-                f"--set image.repository={repository},image.tag={tag},nats.url={state.nats_url}"
+                f"--set image.repository={repository},image.tag={tag},nats.url={state.nats_url} "
+                f"--set-json 'nats.namespaceSelector={EVERY_NAMESPACE_JSON}'"
             )
         return 0
     if args.action == "status":

@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import kopf
 
 from . import GROUP, VERSION
-from .api.kinds import CONSUMER, NATS_CONNECTION
+from .api.kinds import CLUSTER_NATS_CONNECTION, CONSUMER, NATS_CONNECTION
 from .k8s.login import credentials, limited_session
 from .k8s.selection import LabelSelection
-from .passes import connection, consumer, stream_backed
+from .passes import cluster_connection, connection, consumer, stream_backed
 from .passes.from_kopf import KopfCall
 from .reconcile.backed import STREAM_BACKED, StreamBackedKind
 from .services import SharedMemo
@@ -117,36 +117,60 @@ def serve_events(by_workers: bool) -> None:
 
 
 def serve_connections(manage: bool) -> None:
-    """Register the NatsConnection handlers, where this deployment manages the connections.
-    A deployment that only reads them registers none, so kopf does not watch them at all: kopf
-    stores what it handled in every object of a kind it handles, and removes its finalizer,
-    shared with the managing deployment, from every object of a kind with no handler that
-    needs one. `NamespaceWatches` and `connection.read_connection` keep such a deployment up
-    to date."""
+    """Register the NatsConnection and ClusterNatsConnection handlers, where this deployment
+    manages the connections. A deployment that only reads them registers none, so kopf does
+    not watch them at all: kopf stores what it handled in every object of a kind it handles,
+    and removes its finalizer, shared with the managing deployment, from every object of a
+    kind with no handler that needs one. `NamespaceWatches` and `connection.read_connection`
+    keep such a deployment up to date (ClusterNatsConnections are not followed there yet)."""
     if not manage:
         return
-    plural = NATS_CONNECTION.plural
-    kopf.on.event(GROUP, VERSION, plural, id="remember_connection")(connection.remember_connection)
-    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(GROUP, VERSION, plural, id=HANDLER_RECONCILE)(reconcile_connection)
-    kopf.daemon(GROUP, VERSION, plural, id="recheck", cancellation_timeout=5)(
-        connection.recheck_connection
+    _serve_connection_kind(
+        NATS_CONNECTION.plural,
+        "remember_connection",
+        connection.remember_connection,
+        connection.reconcile_connection,
+        connection.recheck_connection,
+        connection.finalize_connection,
     )
-    kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)(finalize_connection)
+    _serve_connection_kind(
+        CLUSTER_NATS_CONNECTION.plural,
+        "remember_cluster_connection",
+        connection.remember_cluster_connection,
+        cluster_connection.reconcile,
+        cluster_connection.recheck,
+        cluster_connection.finalize,
+    )
 
 
-async def reconcile_connection(
-    old: kopf.BodyEssence | Any,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: SharedMemo,
-    **kwargs: Any,
+def _serve_connection_kind(
+    plural: str,
+    remember_id: str,
+    remember: Callable[..., Any],
+    reconcile: Callable[[KopfCall, Any], Awaitable[None]],
+    recheck: Callable[..., Any],
+    finalize: Callable[[KopfCall], Awaitable[None]],
 ) -> None:
-    await connection.reconcile_connection(KopfCall.of(spec, meta, status, memo, kwargs), old)
+    """One connection kind's handlers: the registry's events, its checks, a daemon that
+    rechecks it, and its release."""
 
+    async def reconcile_handler(
+        old: kopf.BodyEssence | Any,
+        spec: kopf.Spec,
+        meta: kopf.Meta,
+        status: kopf.Status,
+        memo: SharedMemo,
+        **kwargs: Any,
+    ) -> None:
+        await reconcile(KopfCall.of(spec, meta, status, memo, kwargs), old)
 
-async def finalize_connection(
-    spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: SharedMemo, **kwargs: Any
-) -> None:
-    await connection.finalize_connection(KopfCall.of(spec, meta, status, memo, kwargs))
+    async def finalize_handler(
+        spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, memo: SharedMemo, **kwargs: Any
+    ) -> None:
+        await finalize(KopfCall.of(spec, meta, status, memo, kwargs))
+
+    kopf.on.event(GROUP, VERSION, plural, id=remember_id)(remember)
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(GROUP, VERSION, plural, id=HANDLER_RECONCILE)(reconcile_handler)
+    kopf.daemon(GROUP, VERSION, plural, id="recheck", cancellation_timeout=5)(recheck)
+    kopf.on.delete(GROUP, VERSION, plural, id=HANDLER_FINALIZE)(finalize_handler)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .handlers.status_writes import StatusBudget
     from .handlers.tenancy_gate import TenancyGate
     from .k8s.client import KubeApi
+    from .k8s.namespaces import NamespaceLabels
     from .k8s.secrets import SecretReader
     from .k8s.status import EventPoster, ResourceWriter
     from .k8s.throttle import RequestLimit
@@ -46,6 +47,10 @@ class SharedMemo(kopf.Memo):
     streams: ResourceRegistry
     consumers: ResourceRegistry
     natsconnections: ResourceRegistry
+    clusterconnections: ResourceRegistry
+    """ClusterNatsConnections, under the namespace "" (handlers/registry.CLUSTER_SCOPE)."""
+    namespace_labels: NamespaceLabels
+    """Every namespace's labels, for the connections' namespace selectors."""
     tenancy: TenancyGate
     """What each connection's tenancy allows the namespaces it serves."""
     arrivals: StreamArrivals

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .api.selector import LabelSelector
 from .api.tenancy import Tenancy
 from .k8s.selection import label_selector_problem
 from .nats.pool import AuthMaterial, ConnectionTarget, TlsMaterial
@@ -35,6 +36,18 @@ class OperatorSettings(BaseSettings):
     syntax: `shard=a`, `shard in (a,b)`, `!legacy`), so several deployments can share a
     namespace (docs/scaling.md); unset for all. NatsConnections are not selected: a
     deployment needs those its resources use."""
+    namespace_selector: LabelSelector | None = None
+    """The namespaces whose resources may use the default connection, as a label selector in
+    JSON (the chart's `nats.namespaceSelector`): `{}` for every namespace (what 0.1.0 did),
+    `{"matchLabels": {"jetstream-operator.io/default-connection": "true"}}` for those a
+    platform team marks. Unset: none, so a fresh install hands no namespace the operator's own
+    NATS identity until told to (docs/tenancy.md)."""
+    own_namespace: str = Field(
+        default="",
+        validation_alias=AliasChoices("JETSTREAM_OPERATOR_OWN_NAMESPACE", "POD_NAMESPACE"),
+    )
+    """The operator's namespace, where ClusterNatsConnections' Secrets are (in a pod: its
+    POD_NAMESPACE)."""
     tenancy: Tenancy | None = None
     """What each namespace may do through the default connection, as JSON (the chart's
     `nats.tenancy`): `{"namePrefix": "{namespace}-", "subjectPrefixes":

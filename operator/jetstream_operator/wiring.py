@@ -13,17 +13,18 @@ from typing import Any
 import kopf
 
 from . import GROUP, metrics
-from .api.kinds import CONSUMER, NATS_CONNECTION
+from .api.kinds import CLUSTER_NATS_CONNECTION, CONSUMER, NATS_CONNECTION
 from .api.status import LAST_HANDLED_FIELD
 from .handlers.arrivals import StreamArrivals
-from .handlers.connection_directory import ConnectionDirectory
+from .handlers.connection_directory import ConnectionDirectory, Serving
 from .handlers.failures import FailureMemories, FailureMemory
 from .handlers.pacing import Pace
 from .handlers.registry import ConnectionKey, ResourceRegistry, ready_counts
 from .handlers.status_writes import StatusBudget
-from .handlers.tenancy_gate import TenancyGate
+from .handlers.tenancy_gate import TenancyGate, tenancy_by_connection
 from .k8s.client import KubeApi
 from .k8s.login import credentials
+from .k8s.namespaces import NamespaceLabels
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import EventPoster, ResourceWriter
@@ -113,8 +114,9 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
     memo.backed = {kind.resource.kind: ResourceRegistry() for kind in STREAM_BACKED}
     memo.streams = memo.backed[STREAM_KIND.resource.kind]
     memo.consumers = ResourceRegistry()
+    memo.clusterconnections = ResourceRegistry()
     memo.tenancy = TenancyGate(
-        lambda connection: operator_settings.tenancy if connection is None else None,
+        tenancy_by_connection(operator_settings.tenancy, memo.clusterconnections),
         backed_registries(memo),
         memo.consumers,
     )
@@ -172,6 +174,8 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
             NATS_CONNECTION.plural,
             lambda event_type, body: connection.read_connection(memo, event_type, body),
         )
+    # Its own session too: the namespaces' watch holds a connection.
+    memo.namespace_labels = NamespaceLabels(KubeApi(lambda: credentials(settings), connections=0))
     memo.directory = ConnectionDirectory(
         default_target(operator_settings),
         memo.natsconnections,
@@ -180,6 +184,12 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
         require_reference=operator_settings.require_connection_ref,
         changed=lambda: connection.targets_changed(memo),
         follow=memo.connection_watches.follow if memo.connection_watches else None,
+        clusterwide=memo.clusterconnections,
+        serving=Serving(
+            operator_settings.namespace_selector,
+            operator_settings.own_namespace,
+            memo.namespace_labels.of,
+        ),
     )
     watch_settings = WatchSettings(
         resync_interval=operator_settings.resync_interval,
@@ -221,6 +231,7 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
             **memo.backed,
             CONSUMER.kind: memo.consumers,
             NATS_CONNECTION.kind: memo.natsconnections,
+            CLUSTER_NATS_CONNECTION.kind: memo.clusterconnections,
         }
         metrics.serve(
             operator_settings.metrics_port,
@@ -245,6 +256,7 @@ async def stop(memo: SharedMemo) -> None:
             task.cancel()
     if memo.connection_watches is not None:
         await memo.connection_watches.stop()
+    await memo.namespace_labels.stop()
     await memo.watchers.stop()
     await memo.pool.close()
     await memo.kubernetes.close()

@@ -297,7 +297,7 @@ def test_the_chart_with_peering_as_a_plain_manifest(
             "replicaCount": 2,
             "peering": {"helmHook": False},
             "crds": {"enabled": False},  # the suite's CRDs; the Application must not own them
-            "nats": {"url": nats_server.url},
+            "nats": {"url": nats_server.url, "namespaceSelector": {}},
         }
     }
     revision = git_repo.git("rev-parse", "HEAD")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from jetstream_devtools.crds import wait_established
+from jetstream_devtools.crds import wait_established, wait_policies_in_effect
 from jetstream_devtools.gobuild import ensure_tools
 from jetstream_devtools.operator_process import OperatorProcess
 from tests.integration.conftest import (  # noqa: F401  (fixtures, found by name)
@@ -83,6 +83,7 @@ def cluster_release(
     extensions = client.ApiextensionsV1Api(api_client)
     for name in crd_names():
         wait_established(extensions, name)
+    wait_policies_in_effect(api_client)  # served and enforced, not only Established
     fullname = f"{CLUSTER_RELEASE}-jetstream-operator"
     try:
         yield Release(CLUSTER_RELEASE, CLUSTER_RELEASE_NAMESPACE, fullname, fullname)

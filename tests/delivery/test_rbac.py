@@ -219,7 +219,10 @@ async def test_operator_works_with_the_namespaced_service_account(
     log = first_run_log(operator_process.log_file, offset)
     assert not [line for line in log.splitlines() if PERMISSION_ERROR.search(line)]
     assert f"watch-stream for streams.v1alpha1.{GROUP} in '{WATCHED}'" in log
-    assert f".v1alpha1.{GROUP} cluster-wide" not in log
+    for plural in ("streams", "consumers", "natsconnections", "keyvalues", "objectstores"):
+        assert f"for {plural}.v1alpha1.{GROUP} cluster-wide" not in log
+    # The one cluster-scoped kind is watched cluster-wide, as it can only be.
+    assert f"clusternatsconnections.v1alpha1.{GROUP} cluster-wide" in log
 
     # The namespaced service account reaches nothing outside its namespace.
     as_operator = new_client(kubeconfig)
@@ -228,9 +231,13 @@ async def test_operator_works_with_the_namespaced_service_account(
     assert can_i(as_operator, "watch", "customresourcedefinitions", group="apiextensions.k8s.io")
     for namespace in (UNWATCHED, namespaced_release.namespace):
         assert not can_i(as_operator, "list", "streams", group=GROUP, namespace=namespace)
-        assert not can_i(as_operator, "get", "secrets", namespace=namespace)
         assert not can_i(as_operator, "create", "events", namespace=namespace)
+    assert not can_i(as_operator, "get", "secrets", namespace=UNWATCHED)
+    # Its own namespace's Secrets are those of ClusterNatsConnections: get and patch only.
+    assert can_i(as_operator, "get", "secrets", namespace=namespaced_release.namespace)
+    assert not can_i(as_operator, "list", "secrets", namespace=namespaced_release.namespace)
     assert not can_i(as_operator, "list", "streams", group=GROUP)  # cluster-wide
+    assert can_i(as_operator, "watch", "clusternatsconnections", group=GROUP)
 
 
 def test_the_log_check_tells_a_refusal_from_look_alikes() -> None:
@@ -269,7 +276,14 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
     control_plane: ApiServer,
     tmp_path: Path,
 ) -> None:
-    kinds = ("streams", "consumers", "natsconnections", "keyvalues", "objectstores")
+    kinds = (
+        "streams",
+        "consumers",
+        "natsconnections",
+        "keyvalues",
+        "objectstores",
+        "clusternatsconnections",
+    )
     expected = (
         {
             (GROUP, kind, verb)
@@ -279,6 +293,7 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
         | {(GROUP, f"{kind}/status", verb) for kind in kinds for verb in ("get", "patch", "update")}
         | {("", "events", "create"), ("", "events", "patch")}
         | {("", "secrets", "get"), ("", "secrets", "patch")}
+        | {("", "namespaces", "list"), ("", "namespaces", "watch")}
         | {
             ("apiextensions.k8s.io", "customresourcedefinitions", verb)
             for verb in ("list", "watch")
@@ -309,7 +324,6 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
         ("delete", "streams", GROUP),
         ("delete", "customresourcedefinitions", "apiextensions.k8s.io"),
         ("patch", "customresourcedefinitions", "apiextensions.k8s.io"),
-        ("list", "namespaces", ""),
         ("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
         ("patch", "clusterkopfpeerings", "kopf.dev"),
     ]

@@ -97,6 +97,8 @@ def test_install_failover_upgrade_uninstall(
         f"image.repository={repository}",
         "--set",
         f"nats.url={node_nats.url}",
+        "--set-json",
+        "nats.namespaceSelector={}",  # one team: the default connection serves every namespace
         "--set",
         f"watchNamespaces={{{watched}}}",
         "--set",

@@ -101,6 +101,8 @@ def installed(target: ExistingTarget, tmp_path_factory: pytest.TempPathFactory) 
         *image_values(target.image),
         "--set",
         f"nats.url={target.in_cluster_nats_url}",
+        "--set-json",
+        "nats.namespaceSelector={}",  # one team: the default connection serves every namespace
         "--set",
         f"watchNamespaces={{{watched}}}",
         kubeconfig=target.kubeconfig,

@@ -306,3 +306,15 @@ def empty_namespace(
         left,
     )
     return [f"{plural}/{name}" for plural, name in left]
+
+
+async def refused_with(
+    resources: Resources, plural: str, name: str, reason: str, timeout: float = 30
+) -> str:
+    """The Ready condition's message, once its reason is `reason`."""
+
+    async def shown() -> str | None:
+        ready = condition(resources.get(plural, name))
+        return str(ready.get("message")) if ready.get("reason") == reason else None
+
+    return await eventually(shown, timeout=timeout)

@@ -18,7 +18,7 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.operator import operator_variant
 
 from .figures import ApiAudit
-from .helpers import Resources, condition, empty_namespace, eventually
+from .helpers import Resources, condition, empty_namespace, eventually, refused_with
 
 pytestmark = [pytest.mark.integration]
 
@@ -44,14 +44,6 @@ def as_tenant(
             "spec": spec,
         },
     )
-
-
-async def refused_with(resources: Resources, plural: str, name: str, reason: str) -> str:
-    async def shown() -> str | None:
-        ready = condition(resources.get(plural, name))
-        return str(ready.get("message")) if ready.get("reason") == reason else None
-
-    return await eventually(shown, timeout=30)
 
 
 async def test_the_tenancy_refuses_before_nats_and_allows_the_namespaces_own(

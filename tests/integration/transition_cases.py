@@ -44,6 +44,7 @@ class Case:
 
 
 NEVER_OFF = "cannot be turned off once on"
+CONNECTION_IMMUTABLE = "spec.connectionRef and spec.clusterConnectionRef are immutable"
 
 CASES: tuple[Case, ...] = (
     # Stream
@@ -70,8 +71,10 @@ CASES: tuple[Case, ...] = (
          initial={"allowMsgCounter": True}, headers={"Nats-Incr": "1"}),
     Case(STREAM, "spec.persistMode cannot change", "s-persist-mode", {"persistMode": "async"},
          SERVER_REJECTED, ("persist",)),
-    Case(STREAM, "spec.connectionRef is immutable", "s-connection",
+    Case(STREAM, CONNECTION_IMMUTABLE, "s-connection",
          {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
+    Case(STREAM, CONNECTION_IMMUTABLE, "s-cluster-connection",
+         {"clusterConnectionRef": "elsewhere"}, IMMUTABLE, ("the spec's connection changed",)),
     Case(STREAM, "spec.name is immutable", "s-name", {"name": "{stream}_NEW"}, IMMUTABLE,
          ("spec.name changed",)),
     Case(STREAM, "cannot be unsealed", "s-unsealed", {"sealed": False}, SERVER_REJECTED,
@@ -91,8 +94,10 @@ CASES: tuple[Case, ...] = (
     Case(CONSUMER, "spec.streamName and spec.streamRef are immutable", "c-stream-ref",
          {"streamRef": "consumed-too"}, IMMUTABLE, ("spec.streamRef",),
          initial={"streamName": None, "streamRef": "consumed"}),
-    Case(CONSUMER, "spec.connectionRef is immutable", "c-connection",
+    Case(CONSUMER, CONNECTION_IMMUTABLE, "c-connection",
          {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
+    Case(CONSUMER, CONNECTION_IMMUTABLE, "c-cluster-connection",
+         {"clusterConnectionRef": "elsewhere"}, IMMUTABLE, ("the spec's connection changed",)),
     Case(CONSUMER, "fields that cannot change", "c-deliver-policy", {"deliverPolicy": "last"},
          IMMUTABLE, ("spec.deliverPolicy",)),
     Case(CONSUMER, "fields that cannot change", "c-opt-start-seq", {"optStartSeq": 2},
@@ -124,8 +129,10 @@ CASES: tuple[Case, ...] = (
          SERVER_REJECTED, ("storage type",)),
     Case(KEY_VALUE, "spec.mirror cannot be added", "kv-mirror-added",
          {"mirror": {"name": "{origin_bucket}"}}, SERVER_REJECTED, ("mirror",)),
-    Case(KEY_VALUE, "spec.connectionRef is immutable", "kv-connection",
+    Case(KEY_VALUE, CONNECTION_IMMUTABLE, "kv-connection",
          {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
+    Case(KEY_VALUE, CONNECTION_IMMUTABLE, "kv-cluster-connection",
+         {"clusterConnectionRef": "elsewhere"}, IMMUTABLE, ("the spec's connection changed",)),
     Case(KEY_VALUE, "spec.limitMarkerTtl cannot be removed", "kv-limit-marker-removed",
          {"limitMarkerTtl": None}, READY, initial={"limitMarkerTtl": "1s"}),
     Case(KEY_VALUE, "spec.bucket is immutable", "kv-bucket", {"bucket": "{bucket}_new"},
@@ -133,8 +140,10 @@ CASES: tuple[Case, ...] = (
     # ObjectStore
     Case(OBJECT_STORE, "spec.storage cannot change", "os-storage", {"storage": "memory"},
          SERVER_REJECTED, ("storage type",)),
-    Case(OBJECT_STORE, "spec.connectionRef is immutable", "os-connection",
+    Case(OBJECT_STORE, CONNECTION_IMMUTABLE, "os-connection",
          {"connectionRef": "elsewhere"}, IMMUTABLE, ("spec.connectionRef changed",)),
+    Case(OBJECT_STORE, CONNECTION_IMMUTABLE, "os-cluster-connection",
+         {"clusterConnectionRef": "elsewhere"}, IMMUTABLE, ("the spec's connection changed",)),
     Case(OBJECT_STORE, "spec.bucket is immutable", "os-bucket", {"bucket": "{bucket}_new"},
          IMMUTABLE, ("spec.bucket changed",)),
 )  # fmt: skip

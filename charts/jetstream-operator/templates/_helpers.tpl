@@ -100,7 +100,7 @@ the `*.policy.yaml` files beside them hold their admission policies.
 {{- range $path, $_ := .Files.Glob "files/crds/*.yaml" }}
 {{- if not (hasSuffix ".policy.yaml" $path) }}
 {{- $crd := $.Files.Get $path | fromYaml }}
-{{- $names = append $names (dict "group" $crd.spec.group "plural" $crd.spec.names.plural) }}
+{{- $names = append $names (dict "group" $crd.spec.group "plural" $crd.spec.names.plural "scope" $crd.spec.scope) }}
 {{- end }}
 {{- end }}
 {{- toJson $names }}
@@ -110,7 +110,9 @@ the `*.policy.yaml` files beside them hold their admission policies.
 {{- define "jetstream-operator.resourceRules" -}}
 {{- $plurals := dict }}
 {{- range include "jetstream-operator.crdNames" . | fromJsonArray }}
+{{- if eq .scope "Namespaced" }}
 {{- $_ := set $plurals .group (append (get $plurals .group | default list) .plural) }}
+{{- end }}
 {{- end }}
 {{- $manage := .Values.operator.manageConnections }}
 {{- range $group, $resources := $plurals }}
@@ -175,4 +177,25 @@ JETSTREAM_OPERATOR_SELECTOR: requirements joined by commas, which all must hold.
 {{- end }}
 {{- end }}
 {{- join "," $parts -}}
+{{- end }}
+
+{{/*
+The operator's rules on our cluster-scoped kinds (ClusterNatsConnection), always in a
+ClusterRole: a Role cannot grant them.
+*/}}
+{{- define "jetstream-operator.clusterResourceRules" -}}
+{{- range include "jetstream-operator.crdNames" . | fromJsonArray }}
+{{- if eq .scope "Cluster" }}
+- apiGroups: [{{ .group | quote }}]
+  resources: [{{ .plural | quote }}]
+  {{- if $.Values.operator.manageConnections }}
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: [{{ .group | quote }}]
+  resources: [{{ printf "%s/status" .plural | quote }}]
+  verbs: ["get", "patch", "update"]
+  {{- else }}
+  verbs: ["get", "list", "watch"]
+  {{- end }}
+{{- end }}
+{{- end }}
 {{- end }}

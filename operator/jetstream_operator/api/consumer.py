@@ -15,7 +15,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from .base import GO_DURATION_PATTERN, Duration, ResourceModel, cel, cel_is, cel_on
 from .status import OperatorStatus
-from .stream import StreamName, Subject
+from .stream import ConnectionRef, StreamName, Subject, connection_rules
 
 # The server refuses '.', '*', '>', '/' and '\' in consumer names (isValidAssetName); whitespace
 # would make the API subject ambiguous.
@@ -108,11 +108,7 @@ IDENTITY_RULES: list[JsonValue] = [
         "spec.streamName and spec.streamRef are immutable: create a new Consumer resource to "
         "consume another stream",
     ),
-    cel(
-        f"{_unchanged('connectionRef')}",
-        "spec.connectionRef is immutable: the consumer would be left behind on the old system; "
-        "create a new Consumer resource for the other connection",
-    ),
+    *connection_rules("Consumer"),
 ]
 
 IMMUTABLE_RULES: list[JsonValue] = [
@@ -296,13 +292,11 @@ class ConsumerSpec(ResourceModel):
     """Take over a consumer that already exists and has no owner (IfUnowned), or never do."""
     recreate_on_immutable_change: bool = False
     """Apply immutable changes by delete+recreate; loses the position and unacked messages."""
-    connection_ref: (
-        Annotated[
-            str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-        ]
-        | None
-    ) = None
+    connection_ref: ConnectionRef | None = None
     """NatsConnection in this namespace to use; unset for the operator's default connection."""
+    cluster_connection_ref: ConnectionRef | None = None
+    """ClusterNatsConnection to use, where it selects this namespace (instead of
+    connectionRef)."""
 
     def retains_consumer(self) -> bool:
         """Whether deleting the resource must leave the consumer in NATS."""
@@ -323,8 +317,9 @@ class ConsumerStatus(OperatorStatus):
     consumer_name: str | None = None
     """The name of the consumer in NATS that this resource manages."""
     connection_ref: str | None = None
-    """The spec's connectionRef when the object was made ("" for the operator's default
-    connection); a spec naming another is refused, as the object would be left behind."""
+    """The connection the object was made through: the spec's connectionRef, "" for the
+    operator's default connection, `ClusterNatsConnection/NAME` for a clusterConnectionRef; a
+    spec naming another is refused, as the object would be left behind."""
     num_pending: int | None = None
     """Messages matching the filter not yet delivered."""
     num_ack_pending: int | None = None

@@ -105,7 +105,7 @@ def crd_for(kind: ResourceKind) -> JsonSchema:
         },
         "spec": {
             "group": kind.group,
-            "scope": "Namespaced",
+            "scope": kind.scope,
             "names": {
                 "kind": kind.kind,
                 "listKind": f"{kind.kind}List",

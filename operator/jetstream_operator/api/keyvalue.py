@@ -20,7 +20,7 @@ from .stream import (
     StreamBackedSpec,
     StreamBackedStatus,
     StreamSource,
-    connection_ref_rule,
+    connection_rules,
     mirror_rule,
     storage_rule,
 )
@@ -43,7 +43,7 @@ KEY_VALUE_RULES: list[JsonValue] = [
     bucket_rule("KeyValue"),
     storage_rule(),
     mirror_rule(),
-    connection_ref_rule("KeyValue"),
+    *connection_rules("KeyValue"),
     cel(
         # Limit markers need per-message TTLs, which the server never turns off again.
         "!has(oldSelf.limitMarkerTtl) || has(self.limitMarkerTtl)",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel
 
 from .. import GROUP, VERSION
+from .cluster_connection import ClusterNatsConnectionSpec, ClusterNatsConnectionStatus
 from .connection import SECRETS_READABLE_BY_REQUESTER, NatsConnectionSpec, NatsConnectionStatus
 from .consumer import ConsumerSpec, ConsumerStatus
 from .keyvalue import KeyValueSpec, KeyValueStatus
@@ -41,6 +43,7 @@ class ResourceKind:
     request_checks: tuple[tuple[str, str], ...] = ()
     """(expression, messageExpression) pairs of the kind's admission policy that read the
     request as a whole (the requesting user's permissions), which no schema rule can."""
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
 
     @property
     def singular(self) -> str:
@@ -119,6 +122,26 @@ NATS_CONNECTION = ResourceKind(
     ),
 )
 
+CLUSTER_NATS_CONNECTION = ResourceKind(
+    kind="ClusterNatsConnection",
+    plural="clusternatsconnections",
+    spec_model=ClusterNatsConnectionSpec,
+    status_model=ClusterNatsConnectionStatus,
+    description=(
+        "A connection to NATS owned by the platform team, for the namespaces it selects, each "
+        "within its tenancy; its Secrets are in the operator's namespace."
+    ),
+    short_names=("clusternatsconn",),
+    scope="Cluster",
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Version", ".status.serverVersion"),
+        PrinterColumn("Streams", ".status.account.streams", type="integer"),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
 KEY_VALUE = ResourceKind(
     kind="KeyValue",
     plural="keyvalues",
@@ -157,4 +180,11 @@ OBJECT_STORE = ResourceKind(
     ),
 )
 
-ALL_KINDS: tuple[ResourceKind, ...] = (STREAM, CONSUMER, NATS_CONNECTION, KEY_VALUE, OBJECT_STORE)
+ALL_KINDS: tuple[ResourceKind, ...] = (
+    STREAM,
+    CONSUMER,
+    NATS_CONNECTION,
+    KEY_VALUE,
+    OBJECT_STORE,
+    CLUSTER_NATS_CONNECTION,
+)

@@ -19,14 +19,14 @@ from .stream import (
     ShortText,
     StreamBackedSpec,
     StreamBackedStatus,
-    connection_ref_rule,
+    connection_rules,
     storage_rule,
 )
 
 OBJECT_STORE_RULES: list[JsonValue] = [
     bucket_rule("ObjectStore"),
     storage_rule(),
-    connection_ref_rule("ObjectStore"),
+    *connection_rules("ObjectStore"),
 ]
 
 

@@ -130,12 +130,23 @@ ConnectionRef = Annotated[
 ]
 
 
-def connection_ref_rule(kind: str) -> JsonValue:
-    return cel(
-        _unchanged("connectionRef"),
-        "spec.connectionRef is immutable: the object would be left behind on the old system; "
-        f"create a new {kind} resource for the other connection",
-    )
+def connection_rules(kind: str) -> list[JsonValue]:
+    """A resource names at most one connection, and keeps it: moved, its object would be left
+    behind on the old system."""
+    return [
+        cel(
+            f"({_unchanged('connectionRef')}) && ({_unchanged('clusterConnectionRef')})",
+            "spec.connectionRef and spec.clusterConnectionRef are immutable: the object would be "
+            f"left behind on the old system; create a new {kind} resource for the other "
+            "connection",
+        ),
+        cel(
+            "!has(self.connectionRef) || !has(self.clusterConnectionRef)",
+            "spec.connectionRef (a NatsConnection of this namespace) and "
+            "spec.clusterConnectionRef (a ClusterNatsConnection) are mutually exclusive: name "
+            "one of them",
+        ),
+    ]
 
 
 def storage_rule() -> JsonValue:
@@ -175,6 +186,9 @@ class StreamBackedSpec(ResourceModel):
     """Take over an object that already exists in NATS and has no owner (IfUnowned), or never."""
     connection_ref: ConnectionRef | None = None
     """NatsConnection in this namespace to use; unset for the operator's default connection."""
+    cluster_connection_ref: ConnectionRef | None = None
+    """ClusterNatsConnection to use, where it selects this namespace (instead of
+    connectionRef)."""
     shared_with: Annotated[list[NamespaceName], Field(max_length=256)] = Field(default_factory=list)
     """Namespaces whose Consumers, mirrors and sources may read this stream through a
     connection shared under a tenancy (docs/tenancy.md); other namespaces are refused."""
@@ -215,7 +229,7 @@ STREAM_RULES: list[JsonValue] = [
         "spec.allowMsgCounter cannot change after creation",
     ),
     cel(_unchanged("persistMode"), "spec.persistMode cannot change after creation"),
-    connection_ref_rule("Stream"),
+    *connection_rules("Stream"),
 ]
 
 
@@ -415,8 +429,9 @@ class StreamBackedStatus(OperatorStatus):
     stream_name: str | None = None
     """The name of the stream in NATS that this resource manages."""
     connection_ref: str | None = None
-    """The spec's connectionRef when the object was made ("" for the operator's default
-    connection); a spec naming another is refused, as the object would be left behind."""
+    """The connection the object was made through: the spec's connectionRef, "" for the
+    operator's default connection, `ClusterNatsConnection/NAME` for a clusterConnectionRef; a
+    spec naming another is refused, as the object would be left behind."""
     bytes: int | None = None
     """Bytes stored now."""
     replicas: int | None = None

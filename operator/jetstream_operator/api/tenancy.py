@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, JsonValue, field_validator
 
-from .base import ResourceModel
+from .base import ResourceModel, cel
 
 NAMESPACE_PLACEHOLDER = "{namespace}"
 
@@ -42,8 +42,32 @@ class Quotas(ResourceModel):
     """The most replicas one stream or bucket may ask for."""
 
 
+_PREFIX_OK = "{prefix}.contains('{{namespace}}') && !{prefix}.matches('[ \\t*>]')"
+
+TENANCY_RULES: list[JsonValue] = [
+    cel(
+        "!has(self.namePrefix) || (" + _PREFIX_OK.format(prefix="self.namePrefix") + ")",
+        "tenancy.namePrefix needs {namespace} and no spaces or wildcards, or every namespace "
+        "would get the same names: write, for example, '{namespace}-'",
+    ),
+    cel(
+        "!has(self.subjectPrefixes) || self.subjectPrefixes.all(p, "
+        + _PREFIX_OK.format(prefix="p")
+        + ")",
+        "tenancy.subjectPrefixes: each needs {namespace} and no spaces or wildcards, or every "
+        "namespace would share the subjects: write, for example, '{namespace}.'",
+    ),
+]
+"""The validators below, at admission (a ClusterNatsConnection's `spec.tenancy`)."""
+
+
 class Tenancy(ResourceModel):
     """What each namespace served by a connection may do through it."""
+
+    model_config = ConfigDict(
+        **ResourceModel.model_config,
+        json_schema_extra={"x-kubernetes-validations": TENANCY_RULES},
+    )
 
     name_prefix: Template | None = None
     """Every stream, bucket and durable consumer name of a namespace starts with this

@@ -1,6 +1,7 @@
 """Which NATS system each resource talks to.
 
-Resources name a NatsConnection of their own namespace (or none, for the operator's default);
+Resources name a NatsConnection of their own namespace, a ClusterNatsConnection that selects
+their namespace, or none (the operator's default connection, for the namespaces it serves);
 the directory keeps each connection's last working target, refreshed when its Secrets change.
 """
 
@@ -8,13 +9,49 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from ..api.cluster_connection import ClusterNatsConnectionSpec
+from ..api.selector import LabelSelector
 from ..k8s.secrets import SecretReader
 from ..nats.jsapi import JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
 from . import connection_check
-from .registry import ConnectionKey, ResourceRegistry
+from .registry import CLUSTER_SCOPE, ConnectionKey, ResourceRegistry
+
+NOT_SERVED = "NotPermitted"
+"""The condition reason where a connection does not serve the resource's namespace."""
+
+CLUSTER_ONLY_FIELDS = ("namespaceSelector", "tenancy")
+"""A ClusterNatsConnection's fields beyond a NatsConnection's."""
+
+
+def connection_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What reaches NATS: the spec's NatsConnection fields."""
+    return {key: value for key, value in spec.items() if key not in CLUSTER_ONLY_FIELDS}
+
+
+EVERY_NAMESPACE = LabelSelector()
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Which namespaces the operator's default connection serves (None: none), and where the
+    Secrets of ClusterNatsConnections are (the operator's own namespace)."""
+
+    default_selector: LabelSelector | None = EVERY_NAMESPACE
+    own_namespace: str = ""
+    labels: Callable[[str], Awaitable[Mapping[str, str] | None]] | None = None
+    """A namespace's labels (None: not known yet)."""
+
+
+def not_served(what: str, namespace: str, selector: LabelSelector | None, hint: str) -> str:
+    chosen = "selects no namespace" if selector is None else f"selects {selector.describe()}"
+    return f"{what} does not serve namespace {namespace!r} (its namespaceSelector {chosen}); {hint}"
+
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +85,13 @@ class ConnectionDirectory:
         require_reference: bool = False,
         changed: Callable[[], Awaitable[None]] | None = None,
         follow: Callable[[str], Awaitable[bool]] | None = None,
+        clusterwide: ResourceRegistry | None = None,
+        serving: Serving | None = None,
     ) -> None:
         self.default = default
         self._connections = connections
+        self._clusterwide = clusterwide if clusterwide is not None else ResourceRegistry()
+        self._serving = serving or Serving()
         self._secrets = secrets
         self._pool = pool
         self._require_reference = require_reference
@@ -72,16 +113,34 @@ class ConnectionDirectory:
         self._targets[key] = target
         return changed
 
-    async def target_for(self, namespace: str, spec: Mapping[str, Any]) -> ConnectionTarget:
-        """The target a Stream or Consumer spec uses; ConnectionNotReady explains a failure."""
+    async def target_for(
+        self, namespace: str, spec: Mapping[str, Any], *, deleting: bool = False
+    ) -> ConnectionTarget:
+        """The target a Stream or Consumer spec uses; ConnectionNotReady explains a failure.
+        A `deleting` resource reaches its connection even where the connection no longer
+        serves its namespace: what it made there is deleted, as its owner asked."""
+        clusterwide = spec.get("clusterConnectionRef")
+        if clusterwide:
+            return await self._clusterwide_target(namespace, str(clusterwide), deleting)
         reference = spec.get("connectionRef")
         if not reference:
             if self._require_reference:
                 raise ConnectionNotReady(
                     "ConnectionRequired",
                     "this operator only serves resources with spec.connectionRef naming a "
-                    "NatsConnection in their namespace",
+                    "NatsConnection in their namespace, or spec.clusterConnectionRef naming a "
+                    "ClusterNatsConnection",
                 )
+            if deleting:
+                return self.default
+            await self._served(
+                "the operator's default connection",
+                namespace,
+                self._serving.default_selector,
+                "name a NatsConnection of this namespace in spec.connectionRef, or a "
+                "ClusterNatsConnection that selects it in spec.clusterConnectionRef; the "
+                "platform team sets the default's selector (chart value nats.namespaceSelector)",
+            )
             return self.default
         key = (namespace, str(reference))
         if key in self._targets:
@@ -108,6 +167,61 @@ class ConnectionDirectory:
             raise ConnectionNotReady(
                 "ConnectionNotReady",
                 f"NatsConnection {reference!r} is not ready: {result.outcome.message}",
+            )
+        if self.remember(key, target) and self._changed is not None:
+            await self._changed()
+        return target
+
+    async def _served(
+        self, what: str, namespace: str, selector: LabelSelector | None, hint: str
+    ) -> None:
+        """ConnectionNotReady unless the connection's selector selects the namespace."""
+        if selector is not None and not selector.match_labels and not selector.match_expressions:
+            return  # {}: every namespace, no labels needed
+        labels = None
+        if selector is not None and self._serving.labels is not None:
+            labels = await self._serving.labels(namespace)
+            if labels is None:
+                raise ConnectionNotReady(
+                    "NamespacesUnknown",
+                    f"the labels of namespace {namespace!r} could not be read yet; retrying",
+                )
+        if selector is None or labels is None or not selector.matches(labels):
+            raise ConnectionNotReady(NOT_SERVED, not_served(what, namespace, selector, hint))
+
+    async def _clusterwide_target(
+        self, namespace: str, name: str, deleting: bool
+    ) -> ConnectionTarget:
+        what = f"ClusterNatsConnection {name!r}"
+        tracked = self._clusterwide.named(CLUSTER_SCOPE, name)
+        if tracked is None:  # one being deleted still serves its users' deletions
+            raise ConnectionNotReady("ConnectionNotFound", f"{what} does not exist")
+        try:
+            spec = ClusterNatsConnectionSpec.model_validate(dict(tracked.spec))
+        except ValidationError:
+            raise ConnectionNotReady(
+                "ConnectionNotReady", f"{what} is not ready: its spec is invalid"
+            ) from None
+        if not deleting:
+            await self._served(
+                what,
+                namespace,
+                spec.namespace_selector,
+                "the platform team that owns it decides which namespaces it serves",
+            )
+        key = (CLUSTER_SCOPE, name)
+        if key in self._targets:
+            return self._targets[key]
+        result, target = await connection_check.check(
+            connection_fields(tracked.spec),
+            self._serving.own_namespace,
+            name,
+            self._secrets,
+            self._pool,
+        )
+        if target is None:
+            raise ConnectionNotReady(
+                "ConnectionNotReady", f"{what} is not ready: {result.outcome.message}"
             )
         if self.remember(key, target) and self._changed is not None:
             await self._changed()

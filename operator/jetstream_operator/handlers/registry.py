@@ -238,7 +238,16 @@ def connection_key(resource: TrackedResource) -> ConnectionKey:
     return spec_connection_key(resource.owner.namespace, resource.spec)
 
 
+CLUSTER_SCOPE = ""
+"""The namespace part of a ClusterNatsConnection's key: it has none."""
+
+
 def spec_connection_key(namespace: str, spec: Mapping[str, Any]) -> ConnectionKey:
+    """(namespace, NatsConnection), (CLUSTER_SCOPE, ClusterNatsConnection), or None for the
+    operator's default connection."""
+    clusterwide = spec.get("clusterConnectionRef")
+    if isinstance(clusterwide, str) and clusterwide:
+        return (CLUSTER_SCOPE, clusterwide)
     reference = spec.get("connectionRef")
     return (namespace, reference) if isinstance(reference, str) and reference else None
 

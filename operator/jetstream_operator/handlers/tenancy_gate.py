@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..api.tenancy import Tenancy
 from ..reconcile.backed import STREAM_KIND, StreamBackedKind
 from ..reconcile.ownership import Owner
 from ..reconcile.renames import MANAGED_KEYS, Refused
-from ..reconcile.tenancy import NOT_PERMITTED, Resource, refusal
+from ..reconcile.tenancy import NOT_PERMITTED, Resource, refusal, usage
 from .registry import (
+    CLUSTER_SCOPE,
     ConnectionKey,
     ResourceRegistry,
     TrackedResource,
@@ -23,6 +26,28 @@ from .registry import (
 def made(status: Mapping[str, Any]) -> bool:
     """Whether the resource manages an object in NATS already."""
     return any(status.get(key) for key in MANAGED_KEYS)
+
+
+def tenancy_by_connection(
+    default: Tenancy | None, clusterwide: ResourceRegistry
+) -> Callable[[ConnectionKey], Tenancy | None]:
+    """Each connection's tenancy: the default connection's from the settings, a
+    ClusterNatsConnection's from its spec (its defaults where it states none, or where the
+    spec cannot be read: no adoption, no unshared streams of other namespaces), and none for
+    a namespace's own NatsConnection."""
+
+    def of(connection: ConnectionKey) -> Tenancy | None:
+        if connection is None:
+            return default
+        if connection[0] != CLUSTER_SCOPE:
+            return None
+        tracked = clusterwide.named(CLUSTER_SCOPE, connection[1])
+        try:
+            return Tenancy.model_validate((tracked.spec if tracked else {}).get("tenancy") or {})
+        except ValidationError:
+            return Tenancy()
+
+    return of
 
 
 class TenancyGate:
@@ -59,6 +84,18 @@ class TenancyGate:
             return self._shared(kind, name, owner.namespace, connection)
 
         return refusal(tenancy, owner.namespace, resource, ahead, made=made(status), shared=shared)
+
+    def usage(self, connection: ConnectionKey) -> list[dict[str, Any]]:
+        """Each namespace's resources made in NATS through the connection, as quotas count
+        them."""
+        return usage(
+            (resource.owner.namespace, Resource(kind, resource.owner.name, resource.spec))
+            for kind, registry in self._registries.items()
+            for resource in registry
+            if connection_key(resource) == connection
+            and not resource.deleting
+            and made(resource.status)
+        )
 
     def _shared(
         self, kind: str, name: str, namespace: str, connection: ConnectionKey

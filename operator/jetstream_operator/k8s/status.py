@@ -82,10 +82,12 @@ class ResourceWriter:
         what the request raised: the EventPoster tells a retry from a drop."""
         now = (at or datetime.now(UTC)).isoformat()  # as the `kubernetes` client serialized it
         metadata = reference["metadata"]
+        # A cluster-scoped object's Events go to `default`, as kubectl describe looks there.
+        where = metadata["namespace"] or CLUSTER_EVENTS_NAMESPACE
         body = {
             "metadata": {
                 "generateName": f"{metadata['name']}.",
-                "namespace": metadata["namespace"],
+                "namespace": where,
             },
             "involvedObject": {
                 "apiVersion": reference["apiVersion"],
@@ -103,8 +105,10 @@ class ResourceWriter:
             "count": 1,
             "reportingComponent": COMPONENT,
         }
-        await self._api.request("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
+        await self._api.request("POST", f"/api/v1/namespaces/{where}/events", body)
 
+
+CLUSTER_EVENTS_NAMESPACE = "default"
 
 EVENTS_AT_ONCE = 8
 """Events in flight at once: a backlog of thousands goes in seconds, and leaves places under
@@ -301,4 +305,7 @@ class EventPoster:
 
 
 def _objects(plural: str, namespace: str) -> str:
+    """The collection's path; namespace "" for a cluster-scoped kind."""
+    if not namespace:
+        return f"/apis/{GROUP}/{VERSION}/{plural}"
     return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"

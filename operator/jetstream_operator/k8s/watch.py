@@ -37,16 +37,26 @@ FIRST_LISTING_TIMEOUT = 10.0
 
 
 class NamespaceWatches:
-    """Follows `plural` in each namespace asked for, telling `observe` of every change.
+    """Follows `plural` in each namespace asked for, telling `observe` of every change
+    (`path_of` a namespace: the collection's path, when it is not one of our kinds).
 
     A watch that ends is started again from the last version seen (kept current by bookmarks);
     one the API server refuses as too old (410) starts over from a new listing, which reports
     the objects deleted meanwhile as DELETED."""
 
-    def __init__(self, api: KubeApi, plural: str, observe: Observe) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        plural: str,
+        observe: Observe,
+        path_of: Callable[[str], str] | None = None,
+    ) -> None:
         self._api = api
         self._plural = plural
         self._observe = observe
+        self._path_of = path_of or (
+            lambda namespace: f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"
+        )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._listed: dict[str, asyncio.Event] = {}
 
@@ -72,7 +82,7 @@ class NamespaceWatches:
         await self._api.close()
 
     async def _follow(self, namespace: str) -> None:
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{self._plural}"
+        path = self._path_of(namespace)
         known: dict[str, dict[str, Any]] = {}  # by name, as last reported
         pause = RETRY_SECONDS[0]
         while True:

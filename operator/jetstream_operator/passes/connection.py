@@ -15,6 +15,7 @@ import kopf
 
 from ..api.kinds import CONSUMER, NATS_CONNECTION
 from ..handlers import connection_check
+from ..handlers.connection_directory import connection_fields
 from ..handlers.registry import spec_connection_key
 from ..handlers.results import Result
 from ..handlers.status_writes import status_patch
@@ -32,6 +33,10 @@ async def remember_connection(event: kopf.RawEvent, memo: SharedMemo, **_: Any) 
     memo.natsconnections.observe(event.get("type"), event.get("object") or {})
 
 
+async def remember_cluster_connection(event: kopf.RawEvent, memo: SharedMemo, **_: Any) -> None:
+    memo.clusterconnections.observe(event.get("type"), event.get("object") or {})
+
+
 async def read_connection(memo: SharedMemo, event_type: str, body: dict[str, Any]) -> None:
     """Where NatsConnections are only read: a change from their watch (k8s/watch.py). A
     connection in use is checked again when its spec changed, and forgotten when it is gone."""
@@ -41,12 +46,12 @@ async def read_connection(memo: SharedMemo, event_type: str, body: dict[str, Any
     spec_before = None if known is None else known.spec  # the entry's body is replaced
     memo.natsconnections.observe(event_type, body)
     if event_type == "DELETED":
-        await _switch_connection(memo, key, None)
+        await switch_connection(memo, key, None)
         return
     after = memo.natsconnections.named(*key)
     if key in memo.directory.known() and after is not None and after.spec != spec_before:
         try:
-            await _check_connection(memo, after.spec, *key, hold_secrets=False)
+            await check_connection(memo, after.spec, *key, hold_secrets=False)
         except Exception:  # the next recheck tries again
             logger.exception("NatsConnection %s/%s could not be checked", *key)
 
@@ -87,14 +92,14 @@ async def follow_connections(memo: SharedMemo) -> None:
             if tracked is None or tracked.deleting:
                 continue
             try:
-                await _check_connection(memo, tracked.spec, *key, recheck=True, hold_secrets=False)
+                await check_connection(memo, tracked.spec, *key, recheck=True, hold_secrets=False)
             except Exception:
                 logger.exception("NatsConnection %s/%s could not be rechecked", *key)
         for key in list(memo.unresolved):
             await _resolve_connection(memo, key)
 
 
-async def _check_connection(
+async def check_connection(
     memo: SharedMemo,
     spec: kopf.Spec | Mapping[str, Any],
     namespace: str,
@@ -102,15 +107,18 @@ async def _check_connection(
     *,
     recheck: bool = False,
     hold_secrets: bool = True,
+    secrets_namespace: str | None = None,
 ) -> Result | None:
-    """Connect with the connection's current Secrets; switch users over when they changed.
-    A `recheck` that finds nothing to ask JetStream (see `probe_due`) returns None.
+    """Connect with the connection's current Secrets (in `secrets_namespace`, by default the
+    connection's own); switch users over when they changed. A `recheck` that finds nothing to
+    ask JetStream (see `probe_due`) returns None.
 
     A working connection holds its Secrets with a finalizer, so the Streams and Consumers that
     use it can still be deleted in NATS after a namespace deletion removed everything at once."""
     key = (namespace, name)
+    secrets_namespace = namespace if secrets_namespace is None else secrets_namespace
     probed = memo.connection_probed
-    target = await connection_check.target_of(spec, namespace, name, memo.secrets)
+    target = await connection_check.target_of(spec, secrets_namespace, name, memo.secrets)
     if isinstance(target, Result):
         probed.pop(key, None)
         return target
@@ -136,12 +144,12 @@ async def _check_connection(
         return result
     probed[key] = (time.monotonic(), changes)
     for secret in connection_check.secret_names(spec) if hold_secrets else ():
-        await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, True)
-    await _switch_connection(memo, key, target)
+        await memo.secrets.hold(secrets_namespace, secret, SECRET_FINALIZER, True)
+    await switch_connection(memo, key, target)
     return result
 
 
-async def _switch_connection(
+async def switch_connection(
     memo: SharedMemo, key: tuple[str, str], target: ConnectionTarget | None
 ) -> None:
     """Record a connection's target (None: gone); watchers and pooled connections follow."""
@@ -154,14 +162,19 @@ async def targets_changed(memo: SharedMemo) -> None:
     await memo.pool.retain(memo.directory.known().values())
 
 
-async def _release_secrets(
-    memo: SharedMemo, namespace: str, names: Iterable[str], leaving: str
+async def release_secrets(
+    memo: SharedMemo, namespace: str, names: Iterable[str], leaving: tuple[str, str] | None
 ) -> None:
-    """Let go of Secrets no other NatsConnection of the namespace still reads."""
+    """Let go of Secrets of `namespace` no other connection still reads (NatsConnections of
+    the namespace; ClusterNatsConnections too, in the operator's namespace)."""
     still_read: set[str] = set()
     for other in memo.natsconnections:
-        if other.owner.namespace == namespace and other.owner.name != leaving:
+        if other.owner.namespace == namespace and other.owner.key != leaving:
             still_read |= connection_check.secret_names(other.spec)
+    if namespace == memo.settings.own_namespace:
+        for other in memo.clusterconnections:
+            if other.owner.key != leaving:
+                still_read |= connection_check.secret_names(connection_fields(other.spec))
     for secret in set(names) - still_read:
         await memo.secrets.hold(namespace, secret, SECRET_FINALIZER, False)
 
@@ -171,13 +184,13 @@ async def reconcile_connection(call: KopfCall, old: Mapping[str, Any] | None) ->
     memo, spec, namespace, name = call.memo, call.spec, call.namespace, call.name
 
     async def check() -> Result:
-        result = await _check_connection(memo, spec, namespace, name)
+        result = await check_connection(memo, spec, namespace, name)
         assert result is not None  # only a recheck may find nothing to ask
         dropped = connection_check.secret_names((old or {}).get("spec") or {}) - (
             connection_check.secret_names(spec)
         )
         if dropped:
-            await _release_secrets(memo, namespace, dropped, leaving="")
+            await release_secrets(memo, namespace, dropped, leaving=None)
         return result
 
     await run_kopf_work(NATS_CONNECTION, memo.natsconnections, check, call)
@@ -201,7 +214,7 @@ async def recheck_connection(
         tracked = memo.natsconnections.named(namespace or "", name or "")
         if tracked is None or tracked.deleting:
             continue
-        result = await _check_connection(
+        result = await check_connection(
             memo, tracked.spec, namespace or "", name or "", recheck=True
         )
         if result is None:
@@ -222,20 +235,25 @@ async def finalize_connection(call: KopfCall) -> None:
         released_by_person = meta.annotations.get(RELEASE_ANNOTATION, "").lower() == "true"
         users = [] if released_by_person else await _connection_users(memo, namespace, name)
         if users:
-            shown = ", ".join(users[:10]) + (
-                f" and {len(users) - 10} more" if len(users) > 10 else ""
-            )
-            message = (
-                f"NatsConnection {name} is still used by {shown}; it is deleted once they are "
-                "(delete them, or point them at another connection)"
-            )
-            return Result(Outcome(False, "InUse", message), retry=True)
-        await _switch_connection(memo, (namespace, name), None)
+            return in_use(f"NatsConnection {name}", users)
+        await switch_connection(memo, (namespace, name), None)
         memo.connection_probed.pop((namespace, name), None)
-        await _release_secrets(memo, namespace, connection_check.secret_names(spec), leaving=name)
+        await release_secrets(
+            memo, namespace, connection_check.secret_names(spec), leaving=(namespace, name)
+        )
         return Result(Outcome(True, "Deleted", f"NatsConnection {name} released"))
 
     await run_kopf_work(NATS_CONNECTION, memo.natsconnections, release, call, deleting=True)
+
+
+def in_use(what: str, users: list[str]) -> Result:
+    """A connection kept while resources use it: their deletion in NATS needs it."""
+    shown = ", ".join(users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
+    message = (
+        f"{what} is still used by {shown}; it is deleted once they are (delete them, or point "
+        "them at another connection)"
+    )
+    return Result(Outcome(False, "InUse", message), retry=True)
 
 
 async def _connection_users(memo: SharedMemo, namespace: str, name: str) -> list[str]:

@@ -104,8 +104,11 @@ class KopfCall:
         )
 
 
-async def jetstream_for(memo: SharedMemo, namespace: str, spec: Mapping[str, Any]) -> JetStreamApi:
-    return await memo.pool.jetstream(await memo.directory.target_for(namespace, spec))
+async def jetstream_for(
+    memo: SharedMemo, namespace: str, spec: Mapping[str, Any], deleting: bool = False
+) -> JetStreamApi:
+    target = await memo.directory.target_for(namespace, spec, deleting=deleting)
+    return await memo.pool.jetstream(target)
 
 
 def ready_as_is(status: Mapping[str, Any], generation: int | None) -> bool:
@@ -142,7 +145,7 @@ async def run_pass(
             # A deletion deletes what the resource manages, through the connection it was
             # made through, wherever the spec points now (a refused move).
             target = managed_connection(unit.spec, unit.status) if deleting else unit.spec
-            jetstream = await jetstream_for(memo, unit.owner.namespace, target)
+            jetstream = await jetstream_for(memo, unit.owner.namespace, target, deleting)
             if watcher is not None:
                 jetstream = jetstream.noting_writes(watcher.own_writes)
             return await work(jetstream, unit.owner, settings, unit.history)

@@ -27,6 +27,11 @@ class Owner:
     name: str
     uid: str
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name): "" for the namespace of a cluster-scoped resource."""
+        return (self.namespace, self.name)
+
     def encode(self) -> str:
         return f"{self.namespace}/{self.name}/{self.uid}"
 

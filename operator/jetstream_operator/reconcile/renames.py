@@ -78,17 +78,33 @@ def managed_stream(status: Mapping[str, Any]) -> str | None:
 
 CONNECTION_KEY = "connectionRef"
 """The status key recording the connection a resource's object was made through: the spec's
-`connectionRef` then, "" for the operator's default connection."""
+`connectionRef` then, "" for the operator's default connection, CLUSTER_RECORD + the name for a
+`clusterConnectionRef` (a NatsConnection's name holds no "/")."""
+CLUSTER_KEY = "clusterConnectionRef"
+CLUSTER_RECORD = "ClusterNatsConnection/"
 MANAGED_KEYS = ("streamName", "consumerName")
 """Status keys present once a resource manages an object in NATS."""
 
 
 def declared_connection(spec: Mapping[str, Any]) -> str:
+    """The spec's connection, as status records it."""
+    clusterwide = spec.get(CLUSTER_KEY)
+    if clusterwide:
+        return f"{CLUSTER_RECORD}{clusterwide}"
     return str(spec.get(CONNECTION_KEY) or "")
 
 
 def _describe_connection(reference: str) -> str:
+    if reference.startswith(CLUSTER_RECORD):
+        return f"ClusterNatsConnection {reference.removeprefix(CLUSTER_RECORD)!r}"
     return f"NatsConnection {reference!r}" if reference else "the operator's default connection"
+
+
+def _spec_field(reference: str) -> str:
+    """How a spec names the recorded connection."""
+    if reference.startswith(CLUSTER_RECORD):
+        return f"spec.clusterConnectionRef: {reference.removeprefix(CLUSTER_RECORD)}"
+    return f"spec.connectionRef: {reference}" if reference else "no spec.connectionRef"
 
 
 def recorded_connection(status: Mapping[str, Any]) -> str | None:
@@ -106,12 +122,14 @@ def moved(spec: Mapping[str, Any], status: Mapping[str, Any], kind: str) -> Refu
     if managed is None or managed == declared:
         return None
     name = spec.get("name") or spec.get("bucket") or spec.get("durableName")
+    clusterwide = CLUSTER_RECORD in managed + declared
+    field = "the spec's connection" if clusterwide else "spec.connectionRef"
     return Refused(
-        f"spec.connectionRef changed from {managed!r} to {declared!r}, but this resource "
+        f"{field} changed from {managed!r} to {declared!r}, but this resource "
         f"manages {kind.lower()} {name!r} through {_describe_connection(managed)}: it would be "
         f"made again through {_describe_connection(declared)} and left behind with its data. "
-        f"Set spec.connectionRef back to {managed!r}, or create a new {kind} resource for the "
-        f"other system {POLICY_ABSENT}"
+        f"Write {_spec_field(managed)} again, or create a new {kind} resource for the other "
+        f"system {POLICY_ABSENT}"
     )
 
 
@@ -121,7 +139,10 @@ def managed_connection(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Ma
     managed = recorded_connection(status)
     if managed is None or managed == declared_connection(spec):
         return spec
-    return {**spec, CONNECTION_KEY: managed or None}
+    if managed.startswith(CLUSTER_RECORD):
+        return {**spec, CONNECTION_KEY: None, CLUSTER_KEY: managed.removeprefix(CLUSTER_RECORD)}
+    others = {key: value for key, value in spec.items() if key != CLUSTER_KEY}
+    return {**others, CONNECTION_KEY: managed or None}
 
 
 def connection_record(

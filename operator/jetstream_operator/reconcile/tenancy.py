@@ -242,3 +242,28 @@ def quota_exceeded(
             QUOTA_EXCEEDED,
         )
     return None
+
+
+def usage(resources: Iterable[tuple[str, Resource]]) -> list[dict[str, Any]]:
+    """What each namespace's resources on a connection hold, as its quotas count them, by
+    namespace name (a ClusterNatsConnection's status.namespaces)."""
+    by_namespace: dict[str, dict[str, Any]] = {}
+    for namespace, resource in resources:
+        counted = by_namespace.get(namespace)
+        if counted is None:
+            # Every figure, zeros too: status compares equal to what the API server keeps.
+            zeros = dict.fromkeys((*_USAGE_KEY.values(), "maxBytesFile", "maxBytesMemory"), 0)
+            counted = by_namespace[namespace] = {"namespace": namespace, **zeros}
+        counted[_USAGE_KEY[resource.kind]] += 1
+        stored = stored_bytes(resource)
+        if stored is not None and stored[1] > 0:
+            counted["maxBytesFile" if stored[0] == "file" else "maxBytesMemory"] += stored[1]
+    return [by_namespace[namespace] for namespace in sorted(by_namespace)]
+
+
+_USAGE_KEY = {
+    "Stream": "streams",
+    "Consumer": "consumers",
+    "KeyValue": "keyValues",
+    "ObjectStore": "objectStores",
+}

@@ -1,0 +1,43 @@
+"""The labels of every namespace, followed by one watch: connections serve namespaces by label
+selector (a ClusterNatsConnection's namespaceSelector, the default connection's setting)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .client import KubeApi
+from .watch import NamespaceWatches
+
+NAMESPACES_PATH = "/api/v1/namespaces"
+EVERY_NAMESPACE = ""
+"""The one key namespaces are followed under: they are cluster-scoped."""
+
+
+class NamespaceLabels:
+    """Labels by namespace name, current from a list-then-watch started on first use (so an
+    operator whose connections select nothing by label never lists namespaces)."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self._labels: dict[str, dict[str, str]] = {}
+        self._watches = NamespaceWatches(
+            api, "namespaces", self._observe, path_of=lambda _: NAMESPACES_PATH
+        )
+
+    async def of(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels; None while namespaces could not be listed yet (or the
+        namespace does not exist)."""
+        if not await self._watches.follow(EVERY_NAMESPACE):
+            return None
+        return self._labels.get(namespace)
+
+    async def stop(self) -> None:
+        await self._watches.stop()
+
+    async def _observe(self, event_type: str, body: dict[str, Any]) -> None:
+        metadata = body.get("metadata") or {}
+        name = str(metadata.get("name", ""))
+        if event_type == "DELETED":
+            self._labels.pop(name, None)
+        else:
+            self._labels[name] = dict(metadata.get("labels") or {})
