@@ -66,7 +66,13 @@ def test_the_secret_policy_goes_with_the_operators_secret_rights(helm: Helm) -> 
 
 
 def test_network_policy_allows_nats_api_server_dns_and_metrics_only(helm: Helm) -> None:
-    assert not find(helm.render(), "NetworkPolicy")
+    assert find(helm.render(), "NetworkPolicy")  # on by default
+    assert not find(helm.render({"networkPolicy.enabled": "false"}), "NetworkPolicy")
+    by_url = one(
+        helm.render({"nats.url": r"tls://a.example:4443\, wss://b.example\, nats://c:4222"}),
+        "NetworkPolicy",
+    )
+    assert [port["port"] for port in by_url["spec"]["egress"][0]["ports"]] == [4222, 4443, 443]
     nats_peer = '{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"nats"}}}'
     objects = helm.render(
         {"networkPolicy.enabled": "true", "networkPolicy.nats.ports": "{4222,4223}"},
