@@ -13,5 +13,8 @@ FINALIZER = f"{GROUP}/finalizer"
 PAUSE_ANNOTATION = f"{GROUP}/paused"
 SECRET_FINALIZER = f"{GROUP}/in-use"
 """Held on the Secrets of a working NatsConnection until the connection is deleted."""
+CONNECTION_SECRET_LABEL = f"{GROUP}/connection-secret"
+"""A Secret a connection may use carries it with the value "true": whoever labels a Secret
+says it is meant for NATS, so a connection cannot send some other Secret's contents away."""
 RELEASE_ANNOTATION = f"{GROUP}/release-finalizer"
 """Set to "true" on a resource being deleted to let it go without touching NATS (NATS gone)."""

@@ -17,6 +17,7 @@ from nats.aio.client import Client
 from jetstream_devtools.natsserver import NatsCluster, NatsServer
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP
+from jetstream_operator.marks import CONNECTION_SECRET_LABEL
 from tests.conftest import TARGET
 from tests.support.operator import admin_client, new_client, operator_running, operator_variant
 from tests.support.targets import ExistingNats
@@ -146,7 +147,7 @@ def tenant(kubeconfig: Path, api_client: client.ApiClient, namespace: str) -> It
         core.create_namespaced_secret(
             namespace,
             client.V1Secret(
-                metadata=client.V1ObjectMeta(name=secret),
+                metadata=client.V1ObjectMeta(name=secret, labels={CONNECTION_SECRET_LABEL: "true"}),
                 string_data={"username": "u", "password": "p", "token": "t"},
             ),
         )

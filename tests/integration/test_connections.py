@@ -17,6 +17,7 @@ from nats.aio.client import RawCredentials
 
 from jetstream_devtools import pki
 from jetstream_devtools.natsserver import NatsServer
+from jetstream_operator.marks import CONNECTION_SECRET_LABEL
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.natsauth import OperatorMode, new_identity, operator_mode
 from tests.support.operator import operator_variant
@@ -95,9 +96,17 @@ def operator_mode_nats(
         yield server, mode
 
 
-def put_secret(api: client.ApiClient, namespace: str, name: str, data: dict[str, str]) -> None:
+def put_secret(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    data: dict[str, str],
+    labelled: bool = True,
+) -> None:
+    """A Secret for connections: labelled for them unless `labelled` is False."""
     core = client.CoreV1Api(api)
-    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data)
+    labels = {CONNECTION_SECRET_LABEL: "true"} if labelled else {}
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name, labels=labels), string_data=data)
     try:
         core.create_namespaced_secret(namespace, body)
     except client.ApiException as error:
@@ -423,6 +432,34 @@ async def test_wrong_password_is_explained_and_fixing_the_secret_heals(
     put_secret(api_client, namespace, "typo", {"username": "alice", "password": ALICE_PASSWORD})
     await eventually(lambda: ready(resources, "natsconnections", "typo"), timeout=40)
     await eventually(lambda: ready(resources, "streams", "waiting"), timeout=60)
+
+
+async def test_a_secret_not_labelled_for_connections_is_not_used(
+    resources: Resources,
+    api_client: client.ApiClient,
+    namespace: str,
+    accounts_nats: NatsServer,
+) -> None:
+    """Only a Secret its owner labelled for connections is used: a NatsConnection cannot send
+    the contents of any other Secret of the namespace to a server."""
+    secret = {"username": "alice", "password": ALICE_PASSWORD}
+    put_secret(api_client, namespace, "unmarked", secret, labelled=False)
+    resources.create(
+        "natsconnections",
+        connection("unmarked", [accounts_nats.url], userPassword={"secretName": "unmarked"}),
+    )
+
+    async def refused() -> dict[str, Any] | None:
+        found = condition(resources.get("natsconnections", "unmarked"))
+        return found if found.get("reason") == "SecretProblem" else None
+
+    message = (await eventually(refused, timeout=30))["message"]
+    assert f"Secret {namespace}/unmarked is not labelled for connections" in message
+    assert f"{CONNECTION_SECRET_LABEL}=true" in message and ALICE_PASSWORD not in message
+    client.CoreV1Api(api_client).patch_namespaced_secret(
+        "unmarked", namespace, {"metadata": {"labels": {CONNECTION_SECRET_LABEL: "true"}}}
+    )
+    await eventually(lambda: ready(resources, "natsconnections", "unmarked"), timeout=40)
 
 
 async def test_recheck_asks_jetstream_only_when_something_changed(

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from jetstream_devtools.natsserver import NatsServer
 from jetstream_devtools.operator_process import OperatorProcess
+from jetstream_operator.marks import CONNECTION_SECRET_LABEL
 from jetstream_operator.nats.jsapi import JetStreamApi
 
 from .helpers import Resources, condition, event_posted, eventually, is_ready, present
@@ -42,7 +43,7 @@ def token_nats(tmp_path: Path) -> Iterator[NatsServer]:
 
 def put_token_secret(api_client: client.ApiClient, namespace: str) -> None:
     body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name="nats-token"),
+        metadata=client.V1ObjectMeta(name="nats-token", labels={CONNECTION_SECRET_LABEL: "true"}),
         data={"token": base64.b64encode(TOKEN.encode()).decode()},
     )
     client.CoreV1Api(api_client).create_namespaced_secret(namespace, body)

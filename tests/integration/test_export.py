@@ -21,6 +21,7 @@ from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, ObjectStoreConfig, RePublish, StorageType
 
 from jetstream_devtools.natsserver import NatsServer
+from jetstream_operator.marks import CONNECTION_SECRET_LABEL
 from jetstream_operator.nats.jsapi import JetStreamApi
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY
 
@@ -473,7 +474,7 @@ async def test_export_through_a_nats_connection_and_its_secret(
     client.CoreV1Api(api_client).create_namespaced_secret(
         namespace,
         client.V1Secret(
-            metadata=client.V1ObjectMeta(name="alice"),
+            metadata=client.V1ObjectMeta(name="alice", labels={CONNECTION_SECRET_LABEL: "true"}),
             string_data={"username": "alice", "password": PASSWORD},
         ),
     )

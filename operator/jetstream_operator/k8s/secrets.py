@@ -1,4 +1,5 @@
-"""Secret values read on demand through the Kubernetes API (no cluster-wide Secret watch).
+"""Secret values read on demand through the Kubernetes API (no cluster-wide Secret watch), and
+only from Secrets labelled for connections (marks.CONNECTION_SECRET_LABEL).
 
 The operator needs `get` on the Secrets a NatsConnection names, and `patch` to hold them with a
 finalizer while the connection exists: deleting a namespace deletes Secrets at once, and the
@@ -11,6 +12,7 @@ import base64
 import logging
 from typing import Any
 
+from ..marks import CONNECTION_SECRET_LABEL
 from .client import JSON_PATCH, ApiError, KubeApi
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,13 @@ class SecretReader:
             raise SecretProblem(
                 f"Secret {namespace}/{name} cannot be read ({error.status})"
             ) from None
+        labels = secret["metadata"].get("labels") or {}
+        if labels.get(CONNECTION_SECRET_LABEL) != "true":
+            raise SecretProblem(
+                f"Secret {namespace}/{name} is not labelled for connections: its owner marks it "
+                f"with `kubectl label secret -n {namespace} {name} "
+                f"{CONNECTION_SECRET_LABEL}=true`; nothing of it is used until then"
+            )
         self._finalizers[(namespace, name)] = _finalizers(secret)
         data = secret.get("data") or {}
         return {key: base64.b64decode(value) for key, value in data.items()}
