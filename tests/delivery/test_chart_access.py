@@ -174,3 +174,31 @@ def test_a_release_that_only_reads_connections_may_only_read_them(
         assert granted(reader["rules"], "secrets") == {"get"}
         for resource in ("streams", "streams/status", "consumers/status", "events"):
             assert granted(reader["rules"], resource) == granted(manager["rules"], resource)
+
+
+def _grants_secrets(role: dict[str, Any]) -> bool:
+    return any("secrets" in rule.get("resources", []) for rule in role["rules"])
+
+
+def test_secrets_are_granted_only_where_the_operator_watches(helm: Helm) -> None:
+    """With watchNamespaces of plain names, Secrets come from a Role in each of them (and in
+    the release's namespace, for ClusterNatsConnections), never from the ClusterRole."""
+    objects = helm.render({"watchNamespaces": "{team-a,team-b}"})
+    assert not _grants_secrets(one(objects, "ClusterRole", "jso-jetstream-operator"))
+    roles = {
+        (role["metadata"]["namespace"], role["metadata"]["name"])
+        for role in find(objects, "Role")
+        if _grants_secrets(role)
+    }
+    assert roles == {
+        ("team-a", "jso-jetstream-operator-secrets"),
+        ("team-b", "jso-jetstream-operator-secrets"),
+        ("jetstream-system", "jso-jetstream-operator-connection-secrets"),
+    }
+    for role in find(objects, "Role"):
+        assert [rule["verbs"] for rule in role["rules"]] == [["get", "patch"]]
+    # Every namespace: the ClusterRole, as before; so with globs, where no Role can follow.
+    for values in ({}, {"watchNamespaces": "{team-*}"}):
+        rendered = helm.render(values)
+        assert _grants_secrets(one(rendered, "ClusterRole", "jso-jetstream-operator")), values
+        assert not [role for role in find(rendered, "Role") if _grants_secrets(role)], values

@@ -144,16 +144,34 @@ the `*.policy.yaml` files beside them hold their admission policies.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{/* The operator's rule on Secrets, where rbac.secrets grants one. */}}
+{{- define "jetstream-operator.secretRules" -}}
 {{- if .Values.rbac.secrets }}
 - apiGroups: [""]
   resources: ["secrets"]
-  {{- if $manage }}
-  # patch: a working NatsConnection holds its Secrets with a finalizer until it is deleted
+  {{- if .Values.operator.manageConnections }}
+  # patch: a working connection holds its Secrets with a finalizer until it is deleted
   verbs: ["get", "patch"]
   {{- else }}
   verbs: ["get"]
   {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+"true" where Secrets are granted by Roles, namespace by namespace (watchNamespaces lists plain
+names, or rbac.scope is namespaced), rather than by the ClusterRole in every namespace.
+*/}}
+{{- define "jetstream-operator.secretsInRoles" -}}
+{{- $plain := true }}
+{{- range .Values.watchNamespaces }}
+{{- if or (contains "*" .) (hasPrefix "!" .) (contains "?" .) }}
+{{- $plain = false }}
+{{- end }}
+{{- end }}
+{{- if and .Values.rbac.secrets .Values.watchNamespaces $plain }}true{{ end }}
 {{- end }}
 
 {{/*
