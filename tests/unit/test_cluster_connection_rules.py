@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import pytest
 
 from jetstream_operator.api.cluster_connection import ClusterNatsConnectionSpec
+from jetstream_operator.api.connection import NatsConnectionSpec
 from jetstream_operator.api.selector import LabelSelector
 from jetstream_operator.handlers.connection_directory import (
     ConnectionDirectory,
@@ -139,3 +140,38 @@ def test_the_default_connection_serves_only_what_its_selector_selects(
     assert "the operator's default connection does not serve namespace 'team-a'" in str(
         refused.value
     )
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"servers": ["nats://h:4222"]}, None),  # nothing to leak
+        ({"servers": ["nats://u:p@h:4222"]}, "holds credentials"),
+        ({"servers": ["nats://h:4222"], "token": {"secretName": "s", "key": "t"}}, "unencrypted"),
+        ({"servers": ["ws://h"], "creds": {"secretName": "s", "key": "c"}}, "unencrypted"),
+        ({"servers": ["tls://h"], "token": {"secretName": "s", "key": "t"}}, None),
+        (
+            {"servers": ["nats://h"], "tlsFirst": True, "nkey": {"secretName": "s", "key": "k"}},
+            None,
+        ),
+        (
+            {
+                "servers": ["nats://h"],
+                "tls": {"secretName": "t"},
+                "userPassword": {"secretName": "s"},
+            },
+            None,
+        ),
+        (
+            {"servers": ["nats://h"], "allowPlaintext": True, "userPassword": {"secretName": "s"}},
+            None,
+        ),
+    ],
+)
+def test_the_operator_refuses_what_admission_refuses_about_credentials(
+    spec: dict[str, object], problem: str | None
+) -> None:
+    """Where the admission policy is missing (installed without the chart's policies), the
+    connection still sends no credential in clear text: the same rules, in the model."""
+    found = NatsConnectionSpec.model_validate(spec).exposure()
+    assert (found is None) if problem is None else (problem in str(found)), found

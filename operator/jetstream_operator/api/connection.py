@@ -6,6 +6,7 @@ same namespace, so RBAC on Secrets keeps deciding who may use which credentials.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import ConfigDict, Field, JsonValue, field_validator
@@ -162,10 +163,34 @@ class NatsConnectionSpec(ResourceModel):
     """JetStream API prefix, for accounts that import the API under another subject: a subject
     without wildcards or a trailing dot (e.g. $JS.hub.API)."""
 
+    def exposure(self) -> str | None:
+        """What admission refuses about sending credentials (CONNECTION_RULES), checked again
+        by the operator where the policy is missing: a server URL holding credentials, or
+        credentials bound for a server without TLS. None when neither."""
+        if any(re.match(r"^[a-z]+://[^/]*@", server) for server in self.servers):
+            return (
+                "spec.servers: a server URL holds credentials; put them in a Secret and name it "
+                "in spec.userPassword or spec.token"
+            )
+        authenticated = any((self.user_password, self.token, self.nkey, self.creds))
+        if not authenticated or self.allow_plaintext or self.tls is not None:
+            return None
+        if all(_encrypted(server, self.tls_first) for server in self.servers):
+            return None
+        return (
+            "spec.servers: credentials would travel unencrypted to a nats:// or ws:// server: use "
+            "tls:// or wss:// URLs, spec.tls, or nats:// with spec.tlsFirst: true; or set "
+            "spec.allowPlaintext: true for a server on loopback in development"
+        )
+
     def secret_names(self) -> set[str]:
         """Every Secret this connection reads; the operator needs `get` on exactly these."""
         refs = (self.tls, self.user_password, self.token, self.nkey, self.creds)
         return {ref.secret_name for ref in refs if ref is not None}
+
+
+def _encrypted(server: str, tls_first: bool) -> bool:
+    return server.startswith(("tls://", "wss://")) or (server.startswith("nats://") and tls_first)
 
 
 class AccountUsage(ResourceModel):

@@ -99,6 +99,9 @@ async def target_of(
     except ValidationError as error:
         outcome = Outcome(False, "InvalidSpec", validation_message(error), stalled=True)
         return Result(outcome)
+    exposure = spec.exposure()
+    if exposure is not None:  # admitted without the policy: no Secret is even read
+        return Result(Outcome(False, "InvalidSpec", exposure, stalled=True))
     try:
         return await resolve(spec, namespace, name, secrets)
     except SecretProblem as error:
