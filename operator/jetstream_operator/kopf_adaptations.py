@@ -25,7 +25,7 @@ from typing import Any
 from .memory import compact_body, compact_watch_event
 from .metrics import KOPF_ADAPTATION_APPLIED
 from .patching import JsonPatchOps, changed_fields_diff
-from .queueing import observing_processor
+from .queueing import NamespaceFairQueue, observing_processor
 
 KOPF_WRITTEN_FOR = "1.45"
 """The kopf minor (major.minor) whose internals these adaptations were written for and tested
@@ -334,7 +334,83 @@ kopf acts on; the operator never served it until restarted. This adds such names
 adds those of its first listing."""
 
 
-ADAPTATIONS = (STREAMLINED_WORKERS, LIGHTER_PATCH_REMAINDERS, COMPACT_BODIES, LATE_NAMESPACES)
+# -- kopf's scheduler of workers: its waiting workers served a namespace at a time ----------
+
+
+def _fair_misfit() -> str | None:
+    from kopf._cogs.aiokits import aiotasks
+    from kopf._core.reactor import queueing
+
+    if not {"aiotasks", "Scheduler"} <= names_used_by(queueing.watcher):
+        return "kopf's queueing.watcher does not make its scheduler as aiotasks.Scheduler"
+    scheduler: Any = getattr(aiotasks, "Scheduler", None)
+    if "_pending_coros" not in names_used_by(getattr(scheduler, "__init__", None)):
+        return "kopf's aiotasks.Scheduler keeps no _pending_coros queue"
+    if "_pending_coros" not in names_used_by(getattr(scheduler, "_can_spawn", None)):
+        return "kopf's aiotasks.Scheduler does not spawn from _pending_coros"
+    if not {"coro", "name"} <= set(getattr(aiotasks, "SchedulerJob", SimpleNamespace())._fields):
+        return "kopf's aiotasks.SchedulerJob holds no coro"
+    if not {"streams", "key"} <= parameters(queueing.worker):
+        return "kopf's queueing.worker takes other arguments"
+    return None
+
+
+def _fair_in_place() -> bool:
+    from kopf._core.reactor import queueing
+
+    return is_marked(getattr(queueing, "aiotasks", None), FAIR_WORKERS.name)
+
+
+def job_namespace(job: Any) -> str:
+    """The namespace of the resource a waiting worker is for: the first event in its backlog,
+    read from the arguments of the worker's coroutine, not started yet (kopf's watcher puts
+    the event in before it spawns the worker). "" where it cannot tell."""
+    frame = getattr(getattr(job, "coro", None), "cr_frame", None)
+    arguments = frame.f_locals if frame is not None else {}
+    streams, key = arguments.get("streams"), arguments.get("key")
+    stream = streams.get(key) if isinstance(streams, dict) else None
+    waiting = getattr(getattr(stream, "backlog", None), "_queue", None)
+    event = waiting[0] if waiting else None
+    if not isinstance(event, dict):
+        return ""
+    return str(((event.get("object") or {}).get("metadata") or {}).get("namespace") or "")
+
+
+def _install_fair() -> None:
+    from kopf._core.reactor import queueing
+
+    watchers: Any = queueing  # the module whose watcher makes the scheduler
+    original: Any = watchers.aiotasks
+
+    class NamespaceFairScheduler(original.Scheduler):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            # Before its spawner task first runs: it reads the queue by attribute.
+            self._pending_coros = NamespaceFairQueue(job_namespace)
+
+    names = {name: getattr(original, name) for name in dir(original) if not name.startswith("__")}
+    replacement = SimpleNamespace(**{**names, "Scheduler": NamespaceFairScheduler})
+    mark(replacement, FAIR_WORKERS.name)
+    watchers.aiotasks = replacement
+
+
+FAIR_WORKERS = Adaptation(
+    "share_workers_by_namespace",
+    "fairness between namespaces under the worker limit (kopf starts waiting workers in the "
+    "order their first events came, so a burst in one namespace holds back the others)",
+    _fair_misfit,
+    _fair_in_place,
+    _install_fair,
+)
+
+
+ADAPTATIONS = (
+    STREAMLINED_WORKERS,
+    LIGHTER_PATCH_REMAINDERS,
+    COMPACT_BODIES,
+    LATE_NAMESPACES,
+    FAIR_WORKERS,
+)
 
 
 def adapt_kopf() -> dict[str, bool]:

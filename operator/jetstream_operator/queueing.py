@@ -17,14 +17,18 @@ do (`EventObservers`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import kopf
 
+from .k8s.throttle import NamespaceTurns
 from .metrics import WATCH_ECHOES_SKIPPED
+
+Item = TypeVar("Item")
 
 WORKER_IDLE_TIMEOUT = 0.1
 """Seconds kopf keeps an object's worker after its last event (kopf's default is 5 s). Under
@@ -154,3 +158,37 @@ def observing_processor(
         return version
 
     return process
+
+
+class _TurnsAsDeque(Generic[Item]):
+    """NamespaceTurns with the two methods asyncio.Queue asks of its storage."""
+
+    def __init__(self, namespace_of: Callable[[Item], str]) -> None:
+        self._turns: NamespaceTurns[Item] = NamespaceTurns()
+        self._namespace_of = namespace_of
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def append(self, item: Item) -> None:
+        self._turns.append(self._namespace_of(item), item)
+
+    def popleft(self) -> Item:
+        return self._turns.pop()
+
+
+class NamespaceFairQueue(asyncio.Queue[Item]):
+    """A queue that hands its items out a namespace at a time (oldest first within one).
+
+    kopf starts the workers of resources beyond its worker limit in the order their first
+    events came: while one namespace converges 2,000 new Streams, a Stream applied in another
+    waited behind all of them (p99 17.9 s with the request queue already fair). With this as
+    the queue of waiting workers (kopf_adaptations.share_workers_by_namespace), each namespace
+    with work waiting gets the next free place in turn."""
+
+    def __init__(self, namespace_of: Callable[[Item], str]) -> None:
+        self._namespace_of = namespace_of
+        super().__init__()
+
+    def _init(self, maxsize: int) -> None:
+        self._queue = _TurnsAsDeque(self._namespace_of)

@@ -13,6 +13,7 @@ import logging
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import kopf
@@ -37,6 +38,7 @@ ROOT = Path(__file__).parents[2]
 
 REPLACED: list[tuple[Any, str]] = [
     (queueing, "worker"),
+    (queueing, "aiotasks"),
     (patches.Patch, "as_json_patch"),
     (api, "json"),
     (fetching, "fetch_objs"),
@@ -216,3 +218,37 @@ async def test_a_namespace_created_between_kopfs_two_listings_is_served(
     }
     excluded = [["team-a"], ["team-a", "team-x"]]
     assert await served_namespaces(monkeypatch, excluded, ["team-*,!team-x"]) == {"team-a"}
+
+
+async def test_waiting_workers_are_started_a_namespace_at_a_time() -> None:
+    """kopf's own scheduler, as its watcher makes it once the adaptation is in place, with
+    kopf's worker arguments: a namespace with many resources waiting takes one turn."""
+    assert kopf_adaptations.FAIR_WORKERS.apply()
+    started: list[str] = []
+    release = asyncio.Event()
+    streams: dict[Any, Any] = {}
+
+    async def worker(*, streams: dict[Any, Any], key: Any) -> None:
+        started.append(key[1])
+        await release.wait()
+
+    made_by_watcher: Any = queueing
+    scheduler = made_by_watcher.aiotasks.Scheduler(limit=1)
+    try:
+        arrivals = [("a", f"a{index}") for index in range(4)] + [("b", "b0"), ("c", "c0")]
+        for namespace, uid in arrivals:
+            key = ("streams", uid)
+            streams[key] = SimpleNamespace(backlog=asyncio.Queue())
+            streams[key].backlog.put_nowait({"object": {"metadata": {"namespace": namespace}}})
+            await scheduler.spawn(worker(streams=streams, key=key), name=uid)
+        for _ in range(len(arrivals) - 1):
+            await asyncio.sleep(0.01)
+            release.set()
+            await asyncio.sleep(0.01)
+            release.clear()
+    finally:
+        release.set()
+        await scheduler.close()
+    # a0 takes the one place at once; then b and c each get theirs before a's next ones.
+    assert started[:4] == ["a0", "a1", "b0", "c0"], started
+    assert sorted(started) == sorted(uid for _, uid in arrivals)

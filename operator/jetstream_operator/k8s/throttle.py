@@ -13,7 +13,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import suppress
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 from aiohttp.client_middlewares import ClientHandlerType
@@ -358,22 +358,26 @@ def yields(request: aiohttp.ClientRequest) -> bool:
     return path.startswith(f"/apis/{GROUP}/") or is_event(request)
 
 
-class NamespaceTurns:
-    """Requests waiting for a place, by namespace: `pop` takes the oldest of the namespace
-    whose turn it is, then moves that namespace to the back of the line."""
+Waiting = TypeVar("Waiting")
+
+
+class NamespaceTurns(Generic[Waiting]):
+    """What waits for a place (requests, kopf's workers), by namespace: `pop` takes the oldest
+    of the namespace whose turn it is, then moves that namespace to the back of the line, so a
+    namespace with thousands waiting takes one turn as one with a single item does."""
 
     def __init__(self) -> None:
-        self._queues: dict[str, deque[asyncio.Future[None]]] = {}
+        self._queues: dict[str, deque[Waiting]] = {}
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
-    def append(self, namespace: str, turn: asyncio.Future[None]) -> None:
+    def append(self, namespace: str, turn: Waiting) -> None:
         self._queues.setdefault(namespace, deque()).append(turn)
         self._size += 1
 
-    def remove(self, namespace: str, turn: asyncio.Future[None]) -> None:
+    def remove(self, namespace: str, turn: Waiting) -> None:
         queue = self._queues.get(namespace)
         if queue is not None and turn in queue:
             queue.remove(turn)
@@ -381,7 +385,7 @@ class NamespaceTurns:
             if not queue:
                 del self._queues[namespace]
 
-    def pop(self) -> asyncio.Future[None]:
+    def pop(self) -> Waiting:
         namespace, queue = next(iter(self._queues.items()))
         turn = queue.popleft()
         self._size -= 1
@@ -424,8 +428,8 @@ class RequestLimit:
         self._bursts = [each for each in held_by if each is not None]
         self._lull = lull
         self._in_flight = 0
-        self._waiting = NamespaceTurns()
-        self._waiting_events = NamespaceTurns()
+        self._waiting: NamespaceTurns[asyncio.Future[None]] = NamespaceTurns()
+        self._waiting_events: NamespaceTurns[asyncio.Future[None]] = NamespaceTurns()
         KUBE_REQUEST_LIMIT.set(limit)
 
     @property
