@@ -303,7 +303,13 @@ async def test_object_store_lifecycle(
             "spec.limitMarkerTtl cannot be removed",
         ),
         ("objectstores", "ObjectStore", {}, {"bucket": "other"}, "spec.bucket is immutable"),
-        ("objectstores", "ObjectStore", {}, {"connectionRef": "x"}, "connectionRef is immutable"),
+        (
+            "objectstores",
+            "ObjectStore",
+            {},
+            {"connectionRef": "x"},
+            "spec.clusterConnectionRef are immutable",
+        ),
     ],
 )
 def test_immutable_bucket_changes_are_refused_at_admission(
