@@ -187,8 +187,21 @@ def _export(args: argparse.Namespace) -> int:
     return run_export(args)
 
 
+def version_line() -> str:
+    """`jetstream-operator 0.1.0 (kopf 1.45.2, nats-py 2.16.0, Python 3.11.7)`: what the
+    build_info metric says too."""
+    from .metrics import versions
+
+    found = versions()
+    return (
+        f"jetstream-operator {found['version']} (kopf {found['kopf']}, nats-py "
+        f"{found['nats_py']}, Python {found['python']})"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jetstream-operator", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_line())
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the operator against the current kubeconfig")

@@ -6,7 +6,9 @@ stale and cost nothing between scrapes.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -106,6 +108,14 @@ WATCH_ECHOES_SKIPPED = Counter(
     registry=REGISTRY,
 )
 
+BUILD_INFO = Gauge(
+    "jetstream_operator_build_info",
+    "1, labelled with the operator's version and those of what it runs on, as `jetstream-operator "
+    "--version` prints them.",
+    ["version", "kopf", "nats_py", "python"],
+    registry=REGISTRY,
+)
+
 KOPF_ADAPTATION_APPLIED = Gauge(
     "jetstream_operator_kopf_adaptation_applied",
     "1 when the operator's change to that part of kopf's internals applies to the running kopf, "
@@ -172,5 +182,23 @@ def operation_of(subject: str) -> str:
 
 def serve(port: int, state: StateCollector, address: str = "0.0.0.0") -> None:
     """All interfaces by default, for Prometheus in a pod; local runs pass 127.0.0.1."""
+    BUILD_INFO.labels(**versions()).set(1)
     REGISTRY.register(state)
     start_http_server(port, addr=address, registry=REGISTRY)
+
+
+def versions() -> dict[str, str]:
+    """The operator's version and those of kopf, nats-py and Python, from package metadata."""
+
+    def of(distribution: str) -> str:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "version": of("jetstream-operator"),
+        "kopf": of("kopf"),
+        "nats_py": of("nats-py"),
+        "python": platform.python_version(),
+    }
