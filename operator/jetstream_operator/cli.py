@@ -127,6 +127,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> int:
+    from .settings import settings_markdown
+
+    print(settings_markdown(), end="")
+    return 0
+
+
 def _crds(args: argparse.Namespace) -> int:
     from .api.crdgen import crd_files, write_crds
 
@@ -213,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
+    settings = commands.add_parser("settings", help="print every setting as docs/settings.md")
+    settings.add_argument("--markdown", action="store_true", help="as Markdown (the default)")
+    settings.set_defaults(handler=_settings)
     crds = commands.add_parser("crds", help="print the CRDs (or write them with --write DIR)")
     crds.add_argument("--write", metavar="DIR", help="write one file per CRD into DIR")
     crds.set_defaults(handler=_crds)

@@ -196,3 +196,38 @@ def default_target(settings: OperatorSettings) -> ConnectionTarget:
     if settings.nats_creds_file:
         auth = AuthMaterial("creds", "", Path(settings.nats_creds_file).read_text())
     return ConnectionTarget(tuple(settings.nats_servers()), auth=auth, tls=tls)
+
+
+SETTINGS_DOC_HEADER = """# Settings
+
+Every setting of `jetstream-operator run`, read once from the environment at start. Generated
+from `operator/jetstream_operator/settings.py` by `jetstream-operator settings --markdown`; a
+unit test fails when this page and the code differ. The Helm chart sets most of them from its
+values ([charts/jetstream-operator/README.md](../charts/jetstream-operator/README.md)).
+
+| variable | default | what it does |
+|---|---|---|
+"""
+
+
+def settings_markdown() -> str:
+    """docs/settings.md: each field's variable(s), default and docstring, in the model's order."""
+    rows = []
+    for name, field in OperatorSettings.model_fields.items():
+        alias = field.validation_alias
+        variables = (
+            [str(choice) for choice in alias.choices]
+            if isinstance(alias, AliasChoices)
+            else [f"JETSTREAM_OPERATOR_{name.upper()}"]
+        )
+        default = field.get_default(call_default_factory=True)
+        shown = "(unset)" if default in (None, [], "") else f"`{_json_default(default)}`"
+        text = " ".join((field.description or "").split()).replace("|", "\\|")
+        rows.append(f"| {' or '.join(f'`{v}`' for v in variables)} | {shown} | {text} |")
+    return SETTINGS_DOC_HEADER + "\n".join(rows) + "\n"
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

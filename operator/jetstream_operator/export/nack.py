@@ -27,6 +27,7 @@ from ..api.consumer import ConsumerSpec
 from ..api.keyvalue import KeyValueSpec
 from ..api.objectstore import ObjectStoreSpec
 from ..api.stream import StreamSpec
+from ..marks import CONNECTION_SECRET_LABEL
 from .manifests import manifest
 
 NACK_GROUP = "jetstream.nats.io"
@@ -205,7 +206,8 @@ def convert_account(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     if secrets:
         notes.append(
             f"reads Secret {', '.join(secrets)} under the same keys as NACK did; the operator "
-            "needs get on it (docs/connections.md)"
+            f"needs get on it, and uses it only once labelled {CONNECTION_SECRET_LABEL}=true "
+            "(docs/connections.md)"
         )
     _validated(NatsConnectionSpec, converted)
     return converted, notes
