@@ -115,10 +115,15 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
     memo.streams = memo.backed[STREAM_KIND.resource.kind]
     memo.consumers = ResourceRegistry()
     memo.clusterconnections = ResourceRegistry()
+    # Its own session: the namespaces' watch holds a connection. Started now, so that a
+    # stream's sharedWithSelector knows the namespaces' labels by the first passes.
+    memo.namespace_labels = NamespaceLabels(KubeApi(lambda: credentials(settings), connections=0))
+    memo.namespace_labels.start()
     memo.tenancy = TenancyGate(
         tenancy_by_connection(operator_settings.tenancy, memo.clusterconnections),
         backed_registries(memo),
         memo.consumers,
+        memo.namespace_labels.known,
     )
     memo.arrivals = StreamArrivals()
     memo.resume_pace = Pace(RESUME_RATE)
@@ -174,8 +179,6 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
             NATS_CONNECTION.plural,
             lambda event_type, body: connection.read_connection(memo, event_type, body),
         )
-    # Its own session too: the namespaces' watch holds a connection.
-    memo.namespace_labels = NamespaceLabels(KubeApi(lambda: credentials(settings), connections=0))
     memo.directory = ConnectionDirectory(
         default_target(operator_settings),
         memo.natsconnections,

@@ -21,9 +21,9 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.operator import operator_variant
 
 from .figures import ApiAudit
-from .helpers import Resources, condition, eventually, json_body, refused_with
+from .helpers import Resources, condition, empty_namespace, eventually, json_body, refused_with
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process")]
 
 PLURAL = "clusternatsconnections"
 TEAM_LABEL = "jetstream-operator.io/test-team"
@@ -87,7 +87,6 @@ def _stream(namespace: str, name: str, stream: str, **spec: Any) -> dict[str, An
 
 
 async def test_a_cluster_connection_serves_only_the_namespaces_it_selects(
-    operator_process: OperatorProcess,
     api_client: client.ApiClient,
     tenant: Any,
     resources: Resources,
@@ -209,7 +208,7 @@ async def test_a_cluster_connection_serves_only_the_namespaces_it_selects(
 
 
 async def test_bad_cluster_connections_are_refused_at_admission(
-    operator_process: OperatorProcess, api_client: client.ApiClient, namespace: str
+    api_client: client.ApiClient, namespace: str
 ) -> None:
     api = client.CustomObjectsApi(api_client)
 
@@ -271,3 +270,73 @@ async def test_the_default_connection_serves_only_the_namespaces_it_selects(
 
         await eventually(deleted, timeout=30)
         assert await JetStreamApi(nc).stream_info(stream) is None
+
+
+async def test_a_stream_shared_by_label_is_read_by_the_namespaces_it_selects(
+    api_client: client.ApiClient,
+    tenant: Any,
+    resources: Resources,
+    namespace: str,
+    cluster_connection: str,
+    nc: Client,
+) -> None:
+    """Both namespaces on the ClusterNatsConnection; the other's stream shares itself with
+    namespaces labelled as its readers, which this one is: its Consumer reads it. Labels come
+    from the API server's namespaces, as the operator follows them."""
+    other = f"{namespace[:50]}-o"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=other, labels={TEAM_LABEL: namespace}))
+    )
+    _labels(api_client, namespace, {TEAM_LABEL: namespace, "orders-readers": "yes"})
+    theirs = Resources(api_client, other)
+    try:
+        for name, share in (("open", {"matchLabels": {"orders-readers": "yes"}}), ("shut", None)):
+            theirs.create(
+                "streams",
+                _stream(
+                    other,
+                    name,
+                    f"{other}-{name.upper()}",
+                    clusterConnectionRef=cluster_connection,
+                    **({"sharedWithSelector": share} if share else {}),
+                ),
+            )
+
+        async def both_ready() -> bool:
+            return all(
+                condition(theirs.get("streams", name)).get("status") == "True"
+                for name in ("open", "shut")
+            )
+
+        await eventually(both_ready, timeout=45)
+        audit = await ApiAudit().start(nc)
+        for name in ("open", "shut"):
+            tenant.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                "consumers",
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "Consumer",
+                    "metadata": {"name": f"on-{name}"},
+                    "spec": {
+                        "durableName": f"{namespace}-{name}",
+                        "streamName": f"{other}-{name.upper()}",
+                        "clusterConnectionRef": cluster_connection,
+                    },
+                },
+            )
+
+        async def reads_the_open_one() -> bool:
+            return condition(resources.get("consumers", "on-open")).get("status") == "True"
+
+        await eventually(reads_the_open_one, timeout=30)
+        shut = await refused_with(resources, "consumers", "on-shut", "NotPermitted")
+        assert "spec.sharedWithSelector" in shut, shut
+        await nc.flush()
+        assert audit.writes() == 1, audit.subjects  # the open one's consumer, nothing else
+    finally:
+        empty_namespace(api_client, other)
+        core.delete_namespace(other)

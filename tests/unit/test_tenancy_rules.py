@@ -200,3 +200,25 @@ def test_the_namespaces_other_resources_are_read_only_where_a_quota_applies() ->
     assert refusal(consumers_only, "team-a", stream("team-a-s"), unread()) is None
     made_stream = Tenancy.model_validate({"quotas": {"streams": 5}})
     assert refusal(made_stream, "team-a", stream("team-a-s"), unread(), made=True) is None
+
+
+def test_a_stream_shared_by_selector_is_read_by_the_namespaces_it_selects() -> None:
+    streams = ResourceRegistry()
+    labels = {"b": {"team": "readers"}, "c": {"team": "others"}}
+    gate = TenancyGate(
+        lambda key: Tenancy() if key is None else None,
+        {STREAM_KIND: streams},
+        ResourceRegistry(),
+        labels.get,
+    )
+    shared = {"name": "ORDERS", "sharedWithSelector": {"matchLabels": {"team": "readers"}}}
+    streams.observe("ADDED", body("a", "orders", "s1", "2026-01-01T00:00:00Z", shared))
+
+    def reading(namespace: str) -> str:
+        spec = {"durableName": "r", "streamName": "ORDERS"}
+        refused = gate.refusal("Consumer", Owner(namespace, "r", "u9"), spec, {}, None)
+        return "" if refused is None else refused.message()
+
+    assert reading("b") == ""
+    assert "or select it in spec.sharedWithSelector" in reading("c")
+    assert "does not share it with namespace d" in reading("d")  # labels not known: refused

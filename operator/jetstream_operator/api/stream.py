@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, ConfigDict, Field, JsonValue
 
 from .base import Duration, ResourceModel, cel, cel_is, cel_on, left_unset_in_crd
+from .selector import LabelSelector
 from .status import OperatorStatus
 
 STREAM_NAME_PATTERN = r"^[^.*>/\\\s]+$"
@@ -192,6 +193,9 @@ class StreamBackedSpec(ResourceModel):
     shared_with: Annotated[list[NamespaceName], Field(max_length=256)] = Field(default_factory=list)
     """Namespaces whose Consumers, mirrors and sources may read this stream through a
     connection shared under a tenancy (docs/tenancy.md); other namespaces are refused."""
+    shared_with_selector: LabelSelector | None = None
+    """Namespaces, by their labels, that may read this stream as those in sharedWith may
+    (`{}`: every namespace on the connection)."""
 
     def retains_data(self) -> bool:
         """Whether deleting the resource must leave the object in NATS."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..api.selector import LabelSelector
 from ..api.tenancy import Tenancy
 from ..reconcile.backed import STREAM_KIND, StreamBackedKind
 from ..reconcile.ownership import Owner
@@ -59,8 +60,10 @@ class TenancyGate:
         tenancy_of: Callable[[ConnectionKey], Tenancy | None],
         backed: Mapping[StreamBackedKind, ResourceRegistry],
         consumers: ResourceRegistry,
+        labels_of: Callable[[str], Mapping[str, str] | None] = lambda _: None,
     ) -> None:
         self._tenancy_of = tenancy_of
+        self._labels_of = labels_of
         self._backed = backed
         self._registries = {kind.resource.kind: registry for kind, registry in backed.items()}
         self._registries["Consumer"] = consumers
@@ -116,8 +119,19 @@ class TenancyGate:
         return any(
             resource.owner.namespace == namespace
             or namespace in (resource.spec.get("sharedWith") or [])
+            or self._selected(resource.spec.get("sharedWithSelector"), namespace)
             for resource in owners
         )
+
+    def _selected(self, selector: object, namespace: str) -> bool:
+        """Whether a sharedWithSelector picks the namespace; not while its labels are unknown."""
+        if not isinstance(selector, Mapping):
+            return False
+        labels = self._labels_of(namespace)
+        try:
+            return labels is not None and LabelSelector.model_validate(selector).matches(labels)
+        except ValidationError:
+            return False
 
     def _stream_of(self, kind: str, owner: Owner, spec: Mapping[str, Any]) -> str | None:
         reference = spec.get("streamRef")

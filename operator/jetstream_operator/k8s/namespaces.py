@@ -3,6 +3,7 @@ selector (a ClusterNatsConnection's namespaceSelector, the default connection's 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,11 +16,12 @@ EVERY_NAMESPACE = ""
 
 
 class NamespaceLabels:
-    """Labels by namespace name, current from a list-then-watch started on first use (so an
-    operator whose connections select nothing by label never lists namespaces)."""
+    """Labels by namespace name, current from one list-then-watch of namespaces, started with
+    the operator (`start`) or on first use."""
 
     def __init__(self, api: KubeApi) -> None:
         self._labels: dict[str, dict[str, str]] = {}
+        self._starting: asyncio.Task[bool] | None = None
         self._watches = NamespaceWatches(
             api, "namespaces", self._observe, path_of=lambda _: NAMESPACES_PATH
         )
@@ -31,7 +33,18 @@ class NamespaceLabels:
             return None
         return self._labels.get(namespace)
 
+    def known(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels as last seen, without waiting (None: not seen yet)."""
+        return self._labels.get(namespace)
+
+    def start(self) -> None:
+        """Follow the namespaces from now on, for those who cannot wait for it (`known`)."""
+        task = asyncio.create_task(self._watches.follow(EVERY_NAMESPACE), name="namespace-labels")
+        self._starting = task
+
     async def stop(self) -> None:
+        if self._starting is not None:
+            self._starting.cancel()
         await self._watches.stop()
 
     async def _observe(self, event_type: str, body: dict[str, Any]) -> None:

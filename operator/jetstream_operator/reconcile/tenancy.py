@@ -150,7 +150,7 @@ def rule_broken(
             return Refused(
                 f"{field} {stream!r} belongs to a resource of another namespace that does not "
                 f"share it with namespace {namespace}: its owners can add {namespace} to its "
-                "spec.sharedWith",
+                "spec.sharedWith (or select it in spec.sharedWithSelector)",
                 NOT_PERMITTED,
             )
     if tenancy.name_prefix:
