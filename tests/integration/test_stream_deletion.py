@@ -106,6 +106,44 @@ async def test_delete_policy_removes_the_data(
 
 
 @pytest.mark.integration
+@pytest.mark.usefixtures("operator_process")
+async def test_delete_if_empty_keeps_a_stream_that_holds_data_until_it_is_empty(
+    resources: Resources, nc: Client, namespace: str
+) -> None:
+    """deletionPolicy: DeleteIfEmpty: a stray `kubectl delete` of a stream with messages, or
+    with a consumer no resource manages, deletes nothing and says why; once it is empty the
+    deletion completes by itself."""
+    stream = namespace.replace("-", "_").upper()
+    jetstream = JetStreamApi(nc)
+    resources.create(
+        "streams",
+        manifest("careful", stream, subjects=[f"{stream}.in"], deletionPolicy="DeleteIfEmpty"),
+    )
+    await eventually(lambda: _ready(resources, "careful"))
+    await _publish(nc, f"{stream}.in", 2)
+    await nc.jetstream().add_consumer(stream, durable_name="app_reader")
+    resources.delete("streams", "careful")
+
+    async def kept() -> str | None:
+        ready = condition(resources.get("streams", "careful"))
+        return str(ready.get("message")) if ready.get("reason") == "NotEmpty" else None
+
+    message = await eventually(kept, timeout=30)
+    assert "still holds 2 messages and consumers no resource manages (app_reader)" in message
+    info = await jetstream.stream_info(stream)
+    assert info is not None and info["state"]["messages"] == 2
+    await jetstream.purge_stream(stream, {})
+
+    async def only_the_consumer_keeps_it() -> bool:
+        return "still holds consumers no resource manages" in str(await kept())
+
+    await eventually(only_the_consumer_keeps_it, timeout=30)
+    await jetstream.delete_consumer(stream, "app_reader")
+    await eventually(lambda: _absent(resources, "careful"), timeout=60)
+    assert await jetstream.stream_info(stream) is None
+
+
+@pytest.mark.integration
 @pytest.mark.local_servers
 @pytest.mark.usefixtures("operator_process")
 async def test_nats_down_during_deletion_keeps_the_finalizer_and_says_why(

@@ -176,9 +176,10 @@ class StreamBackedSpec(ResourceModel):
     """What every kind holding one JetStream stream (Stream, KeyValue, ObjectStore) has in common:
     how the resource relates to the object in NATS, not what the object holds."""
 
-    deletion_policy: Literal["Delete", "Retain"] | None = None
-    """On deleting the resource: Delete the object in NATS and its data (default) or Retain
-    them."""
+    deletion_policy: Literal["Delete", "Retain", "DeleteIfEmpty"] | None = None
+    """On deleting the resource: Delete the object in NATS and its data (default), Retain
+    them, or DeleteIfEmpty: delete only once it holds no message and no consumer that no
+    resource manages; until then the resource stays, saying so (reason NotEmpty)."""
     prevent_delete: bool = False
     """NACK's spelling of deletionPolicy: Retain."""
     prevent_update: bool = False
@@ -196,6 +197,9 @@ class StreamBackedSpec(ResourceModel):
     shared_with_selector: LabelSelector | None = None
     """Namespaces, by their labels, that may read this stream as those in sharedWith may
     (`{}`: every namespace on the connection)."""
+
+    def deletes_only_empty(self) -> bool:
+        return self.deletion_policy == "DeleteIfEmpty"
 
     def retains_data(self) -> bool:
         """Whether deleting the resource must leave the object in NATS."""

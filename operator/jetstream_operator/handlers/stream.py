@@ -20,7 +20,7 @@ from ..reconcile.live_state import (
     object_count_request,
     with_consumers_added,
 )
-from ..reconcile.ownership import Owner, claimed_owner
+from ..reconcile.ownership import Owner, claimed_owner, still_holding
 from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.renames import Refused
 from ..reconcile.stream_config import without_server_metadata
@@ -321,9 +321,10 @@ async def finalize(
     if read_only:
         return left_in_nats("ReadOnly", f"{what} left in NATS: read-only operator")
     try:
-        retain = kind.stream_spec(spec).retains_data()
+        parsed = kind.stream_spec(spec)
+        retain, only_empty = parsed.retains_data(), parsed.deletes_only_empty()
     except ValidationError:
-        retain = True  # when in doubt, keep the data
+        retain, only_empty = True, False  # when in doubt, keep the data
     try:
         info = await jetstream.stream_info(name)
         if not may_delete(owner, info):
@@ -336,6 +337,19 @@ async def finalize(
             if release is not None:
                 await jetstream.update_stream(release)
             return left_in_nats("Retained", f"{what} retained in NATS (deletionPolicy: Retain)")
+        if only_empty:
+            held = still_holding(info, await jetstream.list_consumers(name))
+            if held is not None:
+                return Result(
+                    Outcome(
+                        False,
+                        "NotEmpty",
+                        f"{what} still holds {held}, so deletionPolicy: DeleteIfEmpty keeps it "
+                        "and this resource: it is deleted once empty. Purge or drain it, or set "
+                        "deletionPolicy to Delete or Retain",
+                    ),
+                    retry=True,
+                )
         await jetstream.delete_stream(name)
     except JetStreamUnavailable as error:
         return deletion_blocked(what, error)

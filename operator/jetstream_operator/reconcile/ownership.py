@@ -6,6 +6,7 @@ pre-existing ones, so it never silently takes over or deletes a stream it did no
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,3 +81,23 @@ def claimed_owner(owner: Owner, server_config: dict[str, Any]) -> Owner | None:
         return recorded
     retainer = retained_by(server_config)
     return retainer if owner.same_resource(retainer) else None
+
+
+def still_holding(info: Mapping[str, Any], consumers: Sequence[Mapping[str, Any]]) -> str | None:
+    """What keeps a stream under deletionPolicy DeleteIfEmpty: its messages, and consumers no
+    resource manages (no owner record); None when it is empty."""
+    held = []
+    messages = int(((info.get("state") or {}).get("messages")) or 0)
+    if messages:
+        held.append(f"{messages} message{'s' if messages != 1 else ''}")
+    unmanaged = sorted(
+        str((consumer.get("config") or {}).get("name") or consumer.get("name") or "")
+        for consumer in consumers
+        if recorded_owner(dict(consumer.get("config") or {})) is None
+    )
+    if unmanaged:
+        shown = ", ".join(unmanaged[:5]) + (
+            f" and {len(unmanaged) - 5} more" if len(unmanaged) > 5 else ""
+        )
+        held.append(f"consumers no resource manages ({shown})")
+    return " and ".join(held) or None
