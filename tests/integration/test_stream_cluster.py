@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
 import pytest
 
 from jetstream_operator.nats.jsapi import JetStreamApi
+from jetstream_operator.reconcile.purge import STEP_DOWN_ANNOTATION
 
 from .helpers import Resources, condition, eventually, is_ready
 
@@ -237,3 +239,51 @@ async def test_a_stream_on_a_stopped_node_keeps_its_status_while_the_cluster_lis
         host.start()
     await eventually(counted, timeout=90)
     await eventually(lambda: _is_ready(resources, "lonely-reader", "consumers"), timeout=30)
+
+
+@pytest.fixture
+async def cluster_jetstream(nats_cluster: Any) -> AsyncIterator[JetStreamApi]:
+    """The JetStream API of the 3-node cluster, as a client of the test sees it."""
+    connection = await nats.connect(servers=list(nats_cluster.urls))
+    try:
+        yield JetStreamApi(connection)
+    finally:
+        await connection.close()
+
+
+async def test_a_step_down_by_annotation_moves_the_leader_once_per_token(
+    resources: Resources, cluster_jetstream: JetStreamApi, namespace: str
+) -> None:
+    """jetstream-operator.io/step-down: TOKEN asks the stream's leader to step down; status
+    records who led before and after, and the same token never asks again."""
+    stream = namespace.replace("-", "_").upper()
+    spec = {"name": stream, "replicas": 3}
+    resources.create("streams", {"kind": "Stream", "metadata": {"name": "led"}, "spec": spec})
+
+    async def led() -> str | None:
+        resource = resources.get("streams", "led")
+        leader = ((resource or {}).get("status") or {}).get("leader")
+        return str(leader) if is_ready(resource) and leader else None
+
+    before = await eventually(led, timeout=60)
+    resources.annotate("streams", "led", {STEP_DOWN_ANNOTATION: "first"})
+
+    async def stepped_down() -> dict[str, Any] | None:
+        status = (resources.get("streams", "led") or {}).get("status") or {}
+        record = status.get("lastStepDown") or {}
+        return record if record.get("token") == "first" and record.get("toLeader") else None
+
+    record = await eventually(stepped_down, timeout=60)
+    assert record["fromLeader"] == before and record["toLeader"] != before, record
+    info = await cluster_jetstream.stream_info(stream)
+    assert info is not None and info["cluster"]["leader"] == record["toLeader"]
+    # The same token again (a re-applied manifest, a restart): nothing more is asked.
+    resources.patch_spec("streams", "led", {"maxMsgs": 1000})
+    await eventually(lambda: _max_msgs(cluster_jetstream, stream, 1000), timeout=30)
+    info = await cluster_jetstream.stream_info(stream)
+    assert info is not None and info["cluster"]["leader"] == record["toLeader"]
+
+
+async def _max_msgs(jetstream: JetStreamApi, stream: str, wanted: int) -> bool:
+    info = await jetstream.stream_info(stream)
+    return info is not None and info["config"]["max_msgs"] == wanted

@@ -431,6 +431,22 @@ class LastPurge(ResourceModel):
     """Why NATS refused the purge, if it did."""
 
 
+class LastStepDown(ResourceModel):
+    """The last leader step-down requested with the jetstream-operator.io/step-down
+    annotation."""
+
+    token: str
+    """The annotation's value; a step-down with this token is never repeated."""
+    from_leader: str | None = None
+    """The server that led the stream before."""
+    to_leader: str | None = None
+    """The server leading it after (None: no new leader seen within a few seconds)."""
+    time: str | None = None
+    """When the step-down was asked (RFC 3339)."""
+    error: str | None = None
+    """Why NATS refused it, if it did."""
+
+
 class StreamBackedStatus(OperatorStatus):
     """What the status of every kind holding one JetStream stream shows."""
 
@@ -452,6 +468,8 @@ class StreamBackedStatus(OperatorStatus):
     """Each follower replica: current or lagging."""
     last_purge: LastPurge | None = None
     """The last purge handled (the jetstream-operator.io/purge annotation)."""
+    last_step_down: LastStepDown | None = None
+    """The last leader step-down handled (the jetstream-operator.io/step-down annotation)."""
 
 
 class StreamStatus(StreamBackedStatus):

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
 from ..reconcile.backed import StreamBackedKind
-from ..reconcile.conditions import Outcome, now_rfc3339
+from ..reconcile.conditions import Outcome
 from ..reconcile.live_state import (
     clustered,
     existed_before,
@@ -21,7 +21,6 @@ from ..reconcile.live_state import (
     with_consumers_added,
 )
 from ..reconcile.ownership import Owner, claimed_owner, still_holding
-from ..reconcile.purge import InvalidPurge, pending_purge
 from ..reconcile.renames import Refused
 from ..reconcile.stream_config import without_server_metadata
 from ..reconcile.stream_plan import (
@@ -255,51 +254,6 @@ def _read_only_result(
     return Result(
         Outcome(False, "ReadOnly", message, stalled=True),
         status=kind.live_state(info) if info else {},
-    )
-
-
-async def purge_if_asked(
-    kind: StreamBackedKind,
-    spec: Mapping[str, Any],
-    annotations: Mapping[str, str],
-    status: Mapping[str, Any],
-    jetstream: JetStreamApi,
-) -> Result | None:
-    """Carry out a purge requested by annotation, once per token; None when none is pending."""
-    try:
-        request = pending_purge(annotations, status)
-    except InvalidPurge as error:
-        return Result(
-            Outcome(False, "InvalidPurge", str(error), stalled=True),
-            events=[Event("Warning", "InvalidPurge", str(error))],
-        )
-    if request is None:
-        return None
-    name = str(kind.stream_name(spec))
-    try:
-        purged = await jetstream.purge_stream(name, request.body())
-    except JetStreamUnavailable as error:
-        return unavailable(error)
-    except JetStreamError as error:
-        message = f"NATS refused to {request.describe()}: {error.description}"
-        return Result(
-            Outcome(False, "PurgeFailed", message, stalled=True),
-            events=[Event("Warning", "PurgeFailed", message)],
-            status={"lastPurge": {"token": request.token, "error": error.description}},
-        )
-    message = f"{request.describe()} removed {purged} messages from stream {name}"
-    return Result(
-        Outcome(True, "Synced", message),
-        status={
-            "lastPurge": {
-                "token": request.token,
-                "purged": purged,
-                "subject": request.subject,
-                "keep": request.keep,
-                "time": now_rfc3339(),
-            }
-        },
-        events=[Event("Normal", "Purged", message)],
     )
 
 

@@ -232,6 +232,10 @@ class JetStreamApi:
         answer = await self.request(f"STREAM.PURGE.{name}", body)
         return int(answer.get("purged", 0))
 
+    async def step_down_stream(self, name: str) -> None:
+        """Ask the stream's leader to step down, so that another replica is elected."""
+        await self.request(f"STREAM.LEADER.STEPDOWN.{name}", {})
+
     async def list_streams(self) -> list[dict[str, Any]]:
         """Every stream's info, a page of up to 256 per request."""
         return (await self.stream_listing()).infos

@@ -10,6 +10,7 @@ from typing import Any
 from ..handlers import consumer as consumer_handlers
 from ..handlers import stream as stream_handlers
 from ..handlers.failures import History
+from ..handlers.operations import ONE_SHOT_OPERATIONS
 from ..handlers.registry import connection_key, consumers_of
 from ..handlers.results import Result
 from ..nats.jsapi import JetStreamApi
@@ -88,10 +89,9 @@ async def reconcile(
         if isinstance(name, str) and name not in made:
             arrivals.forget_reply(connection, name)  # it may have changed the stream
         if result.outcome.ready and not settings.read_only:
-            purge = await stream_handlers.purge_if_asked(
-                kind, spec, meta.annotations, status, jetstream
-            )
-            result = result.then(purge)
+            for operation in ONE_SHOT_OPERATIONS:
+                done = await operation(kind, spec, meta.annotations, status, jetstream)
+                result = result.then(done)
         return result
 
     try:

@@ -1,4 +1,5 @@
-"""One-shot purges requested through annotations, each token handled exactly once.
+"""One-shot operations requested through annotations (purge, leader step-down), each token
+handled exactly once.
 
 A token (any string, e.g. a date) makes the request idempotent: re-applying the same manifest, or
 the operator restarting, never purges twice; a new token asks for a new purge.
@@ -15,6 +16,22 @@ from .. import GROUP
 PURGE_ANNOTATION = f"{GROUP}/purge"
 PURGE_SUBJECT_ANNOTATION = f"{GROUP}/purge-subject"
 PURGE_KEEP_ANNOTATION = f"{GROUP}/purge-keep"
+STEP_DOWN_ANNOTATION = f"{GROUP}/step-down"
+
+
+def pending_token(
+    annotations: Mapping[str, str], status: Mapping[str, Any], annotation: str, record: str
+) -> str | None:
+    """The token of an operation asked for by `annotation` and not yet recorded as done in
+    status[`record`]."""
+    token = (annotations.get(annotation) or "").strip()
+    if not token or (status.get(record) or {}).get("token") == token:
+        return None
+    return token
+
+
+def pending_step_down(annotations: Mapping[str, str], status: Mapping[str, Any]) -> str | None:
+    return pending_token(annotations, status, STEP_DOWN_ANNOTATION, "lastStepDown")
 
 
 @dataclass(frozen=True)
@@ -44,11 +61,8 @@ class InvalidPurge(ValueError):
 
 def pending_purge(annotations: Mapping[str, str], status: Mapping[str, Any]) -> PurgeRequest | None:
     """The purge asked for and not yet done, if any."""
-    token = (annotations.get(PURGE_ANNOTATION) or "").strip()
-    if not token:
-        return None
-    last = status.get("lastPurge") or {}
-    if last.get("token") == token:
+    token = pending_token(annotations, status, PURGE_ANNOTATION, "lastPurge")
+    if token is None:
         return None
     keep_text = (annotations.get(PURGE_KEEP_ANNOTATION) or "").strip()
     keep: int | None = None

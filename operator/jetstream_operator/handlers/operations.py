@@ -1,0 +1,129 @@
+"""One-shot operations asked for by annotation on a Stream, KeyValue or ObjectStore, each once
+per token with a record in status: purge (jetstream-operator.io/purge, status.lastPurge) and
+leader step-down (jetstream-operator.io/step-down, status.lastStepDown). Each runs after a pass
+that found the object as declared; `ONE_SHOT_OPERATIONS` is their order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from ..nats.jsapi import JetStreamApi, JetStreamError, JetStreamUnavailable
+from ..reconcile.backed import StreamBackedKind
+from ..reconcile.conditions import Outcome, now_rfc3339
+from ..reconcile.purge import InvalidPurge, pending_purge, pending_step_down
+from .results import Event, Result, unavailable
+
+NEW_LEADER_WAIT = (0.2, 25)
+"""Seconds between looks for the new leader, and how many looks: an election takes a few
+seconds on a loaded cluster; the record says None when none was seen within them."""
+
+
+async def step_down_if_asked(
+    kind: StreamBackedKind,
+    spec: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    jetstream: JetStreamApi,
+) -> Result | None:
+    """Carry out a step-down asked for and not done yet; None when none is pending."""
+    token = pending_step_down(annotations, status)
+    if token is None:
+        return None
+    name = str(kind.stream_name(spec))
+    try:
+        before = _leader(await jetstream.stream_info(name))
+        await jetstream.step_down_stream(name)
+        after = await _new_leader(jetstream, name, before)
+    except JetStreamUnavailable as error:
+        return unavailable(error)
+    except JetStreamError as error:
+        message = f"NATS refused to step down the leader of stream {name}: {error.description}"
+        return Result(
+            Outcome(False, "StepDownFailed", message, stalled=True),
+            events=[Event("Warning", "StepDownFailed", message)],
+            status={"lastStepDown": {"token": token, "error": error.description}},
+        )
+    message = f"stream {name}'s leader stepped down: {before} -> {after or 'no leader yet'}"
+    return Result(
+        Outcome(True, "Synced", message),
+        status={
+            "lastStepDown": {
+                "token": token,
+                "fromLeader": before,
+                "toLeader": after,
+                "time": now_rfc3339(),
+            },
+            **({"leader": after} if after else {}),
+        },
+        events=[Event("Normal", "LeaderSteppedDown", message)],
+    )
+
+
+async def _new_leader(jetstream: JetStreamApi, name: str, before: str | None) -> str | None:
+    pause, looks = NEW_LEADER_WAIT
+    for _ in range(looks):
+        leader = _leader(await jetstream.stream_info(name))
+        if leader and leader != before:
+            return leader
+        await asyncio.sleep(pause)
+    return None
+
+
+def _leader(info: Mapping[str, Any] | None) -> str | None:
+    leader = ((info or {}).get("cluster") or {}).get("leader")
+    return str(leader) if leader else None
+
+
+async def purge_if_asked(
+    kind: StreamBackedKind,
+    spec: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    jetstream: JetStreamApi,
+) -> Result | None:
+    """Carry out a purge requested by annotation, once per token; None when none is pending."""
+    try:
+        request = pending_purge(annotations, status)
+    except InvalidPurge as error:
+        return Result(
+            Outcome(False, "InvalidPurge", str(error), stalled=True),
+            events=[Event("Warning", "InvalidPurge", str(error))],
+        )
+    if request is None:
+        return None
+    name = str(kind.stream_name(spec))
+    try:
+        purged = await jetstream.purge_stream(name, request.body())
+    except JetStreamUnavailable as error:
+        return unavailable(error)
+    except JetStreamError as error:
+        message = f"NATS refused to {request.describe()}: {error.description}"
+        return Result(
+            Outcome(False, "PurgeFailed", message, stalled=True),
+            events=[Event("Warning", "PurgeFailed", message)],
+            status={"lastPurge": {"token": request.token, "error": error.description}},
+        )
+    message = f"{request.describe()} removed {purged} messages from stream {name}"
+    return Result(
+        Outcome(True, "Synced", message),
+        status={
+            "lastPurge": {
+                "token": request.token,
+                "purged": purged,
+                "subject": request.subject,
+                "keep": request.keep,
+                "time": now_rfc3339(),
+            }
+        },
+        events=[Event("Normal", "Purged", message)],
+    )
+
+
+OneShot = Callable[
+    [StreamBackedKind, Mapping[str, Any], Mapping[str, str], Mapping[str, Any], JetStreamApi],
+    Awaitable[Result | None],
+]
+
+ONE_SHOT_OPERATIONS: tuple[OneShot, ...] = (purge_if_asked, step_down_if_asked)
