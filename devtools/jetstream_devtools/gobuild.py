@@ -35,6 +35,9 @@ ALL_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "he
 # pod sandbox process, made into an image locally since nothing can be pulled.
 NODE_TOOLS = ("kube-scheduler", "kubelet", "kube-proxy", "pause")
 PAUSE_VERSION = "pause-v1"
+KSTATUS_VERSION = "cli-utils-v0.37.2"
+"""kstatus, the status reading of sigs.k8s.io/cli-utils (Flux, `kubectl wait`-like tools), built
+for the tests that check how it reads our conditions."""
 # Commands of the k8s.io/kubernetes module, all built from `gotools/kube` at one version.
 _KUBE_COMMANDS = (
     "kube-apiserver",
@@ -87,6 +90,7 @@ TOOLS: dict[str, GoTool] = {
         for name in _KUBE_COMMANDS
     },
     "pause": GoTool("pause", "pause", ".", PAUSE_VERSION),
+    "kstatus": GoTool("kstatus", "kstatus", ".", KSTATUS_VERSION),
     "helm": GoTool(
         "helm",
         "helm",

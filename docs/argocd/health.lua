@@ -1,9 +1,10 @@
 -- Argo CD health check for jetstream-operator.io resources: Stream, Consumer, NatsConnection,
--- KeyValue, ObjectStore.
+-- KeyValue, ObjectStore, ClusterNatsConnection.
 --
 -- The operator writes kstatus-style conditions (Ready, Reconciling, Stalled), each with the
 -- generation it was computed for, and status.observedGeneration. Mapping:
 --   no status yet, or metadata.generation newer than what the status describes -> Progressing
+--   Ready with reason Paused (a person paused it; True where it was as declared)    -> Suspended
 --   Stalled=True with reason Paused or ReadOnly (the operator was told not to act) -> Suspended
 --   Stalled=True (needs a person: conflict, invalid spec, server rejection)        -> Degraded
 --   Ready=True                                                                     -> Healthy
@@ -73,6 +74,12 @@ end
 if ready == nil or not current(ready) then
   hs.status = "Progressing"
   hs.message = "Waiting for the operator to report readiness of the current spec"
+  return hs
+end
+
+if ready.reason == "Paused" then
+  hs.status = "Suspended"
+  hs.message = message(ready, "Paused")
   return hs
 end
 

@@ -92,6 +92,14 @@ def condition_is(kind: str, status: str) -> Callable[[dict[str, Any]], bool]:
     return check
 
 
+def reason_is(kind: str, reason: str) -> Callable[[dict[str, Any]], bool]:
+    def check(obj: dict[str, Any]) -> bool:
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == kind and c.get("reason") == reason for c in conditions)
+
+    return check
+
+
 async def _unowned_stream(url: str) -> None:
     connection = await nats.connect(url)
     try:
@@ -128,7 +136,7 @@ def capture(workdir: Path, out: Path) -> None:
             {"name": "ORDERS_P", "subjects": ["paused.>"], **memory},
             {f"{GROUP}/paused": "true"},
         )
-        paused = take.wait("streams", "orders-paused", condition_is("Stalled", "True"))
+        paused = take.wait("streams", "orders-paused", reason_is("Ready", "Paused"))
         take.save("stream-paused.yaml", paused)
         take.create("streams", "legacy", {"name": "LEGACY", "subjects": ["legacy.>"]})
         conflict = take.wait("streams", "legacy", condition_is("Stalled", "True"))
@@ -143,7 +151,9 @@ def capture(workdir: Path, out: Path) -> None:
         take.create("natsconnections", "local", servers)
         connected = take.wait("natsconnections", "local", condition_is("Ready", "True"))
         take.save("natsconnection-ready.yaml", connected)
-        missing = {**servers, "creds": {"secretName": "no-such-secret", "key": "nats.creds"}}
+        # A server on loopback: plain text is allowed for it (admission refuses it otherwise).
+        creds = {"secretName": "no-such-secret", "key": "nats.creds"}
+        missing = {**servers, "creds": creds, "allowPlaintext": True}
         take.create("natsconnections", "missing-secret", missing)
         stalled = take.wait("natsconnections", "missing-secret", condition_is("Stalled", "True"))
         take.save("natsconnection-secret-missing.yaml", stalled)

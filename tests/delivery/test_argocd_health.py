@@ -42,7 +42,7 @@ def fixture(name: str) -> dict[str, Any]:
         ("consumer-waiting-for-stream.yaml", "Progressing", "StreamNotFound: Stream resource"),
         ("stream-conflict.yaml", "Degraded", "Conflict: stream 'LEGACY' already exists"),
         ("stream-paused.yaml", "Suspended", "Paused: reconciliation paused"),
-        ("natsconnection-ready.yaml", "Healthy", "Connected: connected to nats"),
+        ("natsconnection-ready.yaml", "Healthy", "Connected: connected to NATS"),
         ("natsconnection-secret-missing.yaml", "Degraded", "SecretProblem: Secret argocd/no-such"),
     ],
 )

@@ -75,6 +75,17 @@ def test_pause_and_release_are_decided_before_anything_is_asked() -> None:
     paused = unit({"name": "ORDERS"}, {}, annotations={PAUSE_ANNOTATION: "true"})
     result = decided(paused, read_only=False)
     assert result is not None and result.outcome.reason == "Paused"
+    # Never made: not Ready, but neither working on it nor stuck (kstatus: InProgress).
+    assert not result.outcome.ready and result.outcome.held and not result.outcome.stalled
+    # As declared for this generation when paused: Ready stays True (kstatus: Current).
+    synced = {
+        "observedGeneration": 1,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Synced"}],
+    }
+    as_declared = unit({"name": "ORDERS"}, synced, annotations={PAUSE_ANNOTATION: "true"})
+    kept = decided(as_declared, read_only=False)
+    assert kept is not None and kept.outcome.ready and kept.outcome.reason == "Paused"
+    assert [c["status"] for c in conditions_for(kept.outcome, 1)] == ["True", "False", "False"]
     # A deletion is never paused; the release annotation keeps the stream and lets go.
     deleting = unit({"name": "ORDERS"}, {}, annotations={PAUSE_ANNOTATION: "true"}, deleting=True)
     assert decided(deleting, read_only=False) is None

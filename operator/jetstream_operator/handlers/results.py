@@ -74,14 +74,17 @@ def deletion_blocked(what: str, error: JetStreamUnavailable) -> Result:
     return result
 
 
-def paused(annotation: str) -> Result:
-    """A resource a person has paused: nothing is done until the annotation goes."""
+def paused(annotation: str, as_declared: bool = False) -> Result:
+    """A resource a person has paused: nothing is done until the annotation goes. Ready stays
+    True where the last pass found it as declared for this generation (kstatus: Current; the
+    reason says paused); a spec changed since waits (Ready=False, neither Reconciling nor
+    Stalled)."""
     return Result(
         Outcome(
-            False,
+            as_declared,
             "Paused",
             f"reconciliation paused by the {annotation} annotation; remove it to resume",
-            stalled=True,
+            held=True,
         )
     )
 

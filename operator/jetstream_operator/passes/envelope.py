@@ -69,6 +69,9 @@ class Unit:
     def history(self) -> History:
         return History(self.generation, self.status, self.memory)
 
+    def as_declared(self) -> bool:
+        return ready_as_is(self.status, self.generation)
+
     def annotation(self, key: str) -> str:
         return str(self.annotations.get(key, ""))
 
@@ -87,12 +90,24 @@ class Unit:
         }
 
 
+def ready_as_is(status: Mapping[str, Any], generation: int | None) -> bool:
+    """Ready for the current generation, as the last operator left it."""
+    if status.get("observedGeneration") != generation:
+        return False
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in status.get("conditions") or []
+    )
+
+
 def paused_by(
-    annotation_of: Callable[[str], str], annotation: str = PAUSE_ANNOTATION
+    annotation_of: Callable[[str], str],
+    annotation: str = PAUSE_ANNOTATION,
+    as_declared: bool = False,
 ) -> Result | None:
     """A resource a person paused: nothing is asked of NATS."""
     if annotation and annotation_of(annotation).lower() == "true":
-        return paused(annotation)
+        return paused(annotation, as_declared)
     return None
 
 
@@ -111,7 +126,7 @@ def decided(
         if unit.annotation(RELEASE_ANNOTATION).lower() == "true":
             return released(unit.what, RELEASE_ANNOTATION)
         return None
-    pause = paused_by(unit.annotation, pause_annotation)
+    pause = paused_by(unit.annotation, pause_annotation, unit.as_declared())
     if pause is not None:
         return pause
     if read_only:

@@ -24,7 +24,7 @@ from ..reconcile.ownership import Owner
 from ..reconcile.renames import managed_connection
 from ..services import SharedMemo
 from ..settings import OperatorSettings
-from .envelope import Unit, run
+from .envelope import Unit, ready_as_is, run
 
 KindWork = Callable[[JetStreamApi, Owner, OperatorSettings, History], Awaitable[Result]]
 """A kind's own part of a pass, given the connection's JetStream API and what it needs."""
@@ -109,16 +109,6 @@ async def jetstream_for(
 ) -> JetStreamApi:
     target = await memo.directory.target_for(namespace, spec, deleting=deleting)
     return await memo.pool.jetstream(target)
-
-
-def ready_as_is(status: Mapping[str, Any], generation: int | None) -> bool:
-    """Ready for the current generation, as the last operator left it."""
-    if status.get("observedGeneration") != generation:
-        return False
-    return any(
-        condition.get("type") == "Ready" and condition.get("status") == "True"
-        for condition in status.get("conditions") or []
-    )
 
 
 async def run_pass(

@@ -25,6 +25,9 @@ class Outcome:
     message: str
     stalled: bool = False
     """True when retrying cannot help: the spec or the world must change first."""
+    held: bool = False
+    """True when the operator does nothing by a person's request (paused): neither working on
+    it nor stuck, so kstatus reads a resource that was as declared as Current."""
 
 
 def now_rfc3339(clock: datetime | None = None) -> str:
@@ -63,7 +66,7 @@ def conditions_for(
     """The full condition list for an outcome, keeping transition times that did not change."""
     by_type = {str(c.get("type")): c for c in previous}
     now = now_rfc3339(clock)
-    reconciling = not outcome.ready and not outcome.stalled
+    reconciling = not outcome.ready and not outcome.stalled and not outcome.held
     return [
         _condition(READY, outcome.ready, outcome.reason, outcome.message, generation, by_type, now),
         _condition(
