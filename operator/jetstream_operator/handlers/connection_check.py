@@ -9,8 +9,15 @@ from pydantic import ValidationError
 
 from ..api.connection import NatsConnectionSpec
 from ..k8s.secrets import SecretProblem, SecretReader
-from ..nats.jsapi import JetStreamError, JetStreamUnavailable
-from ..nats.pool import AuthMaterial, ConnectFailure, ConnectionPool, ConnectionTarget, TlsMaterial
+from ..nats.jsapi import JetStreamError, JetStreamNotEnabled, JetStreamUnavailable
+from ..nats.pool import (
+    UNREACHABLE,
+    AuthMaterial,
+    ConnectFailure,
+    ConnectionPool,
+    ConnectionTarget,
+    TlsMaterial,
+)
 from ..reconcile.conditions import Outcome
 from .results import Result, validation_message
 
@@ -136,13 +143,18 @@ async def probe(target: ConnectionTarget, pool: ConnectionPool) -> Result:
         jetstream = await pool.jetstream(target)
         info = await jetstream.request("INFO")
     except ConnectFailure as error:
-        return Result(Outcome(False, error.reason, str(error), stalled=True), retry=True)
-    except JetStreamUnavailable as error:
+        # Credentials or TLS need a person; a server out of reach is an outage, and passes.
+        outage = error.reason == UNREACHABLE
+        return Result(Outcome(False, error.reason, str(error), stalled=not outage), retry=True)
+    except JetStreamNotEnabled as error:
         message = (
-            f"connected, but JetStream did not answer under {target.api_prefix}: is JetStream "
+            f"connected, but no JetStream answers under {target.api_prefix}: is JetStream "
             f"enabled for this account (and the domain right)? ({error})"
         )
         return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True)
+    except JetStreamUnavailable as error:
+        message = f"connected, but JetStream cannot answer now; retrying ({error})"
+        return Result(Outcome(False, "NatsUnavailable", message), retry=True)
     except JetStreamError as error:
         message = f"JetStream refused the account information request: {error.description}"
         return Result(Outcome(False, "NoJetStream", message, stalled=True), retry=True)

@@ -97,6 +97,11 @@ class JetStreamUnavailable(Exception):
     Never the spec's fault, so callers report Reconciling and retry."""
 
 
+class JetStreamNotEnabled(JetStreamUnavailable):
+    """A reachable server answered that no one serves the JetStream API: JetStream is off for
+    the account (or the server). Unlike an outage, this one needs a person."""
+
+
 NO_SUITABLE_PEERS = 10005
 
 
@@ -171,7 +176,7 @@ class JetStreamApi:
             )
         except NoRespondersError as error:
             NATS_REQUEST_ERRORS.labels(operation, "no_responders").inc()
-            raise JetStreamUnavailable("no JetStream responded; is JetStream enabled?") from error
+            raise JetStreamNotEnabled("no JetStream responded; is JetStream enabled?") from error
         except NatsTimeoutError as error:
             NATS_REQUEST_ERRORS.labels(operation, "timeout").inc()
             raise JetStreamUnavailable("the JetStream API did not answer in time") from error

@@ -78,6 +78,10 @@ class ConnectionTarget:
         return ", ".join(redacted(server) for server in self.servers)
 
 
+UNREACHABLE = "Unreachable"
+"""The reason of a connection that could not reach any server: an outage, not a mistake."""
+
+
 class ConnectFailure(JetStreamUnavailable):
     """NATS could not be reached with these settings; `reason` is a condition reason."""
 
@@ -105,7 +109,7 @@ def classify(target: ConnectionTarget, problems: list[str]) -> ConnectFailure:
             "certificate (and client certificate) in its Secret",
         )
     return ConnectFailure(
-        "Unreachable",
+        UNREACHABLE,
         f"cannot reach NATS at {where} for connection {target.label}: check the server URLs "
         "and that NATS is running",
     )
