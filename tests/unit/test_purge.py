@@ -1,5 +1,15 @@
+"""Purges asked for by annotation: pending once per token, and a malformed one declined."""
+
+from __future__ import annotations
+
+import asyncio
+
 import pytest
 
+from jetstream_operator.handlers.operations import purge_if_asked
+from jetstream_operator.handlers.results import Result
+from jetstream_operator.reconcile.backed import STREAM_KIND
+from jetstream_operator.reconcile.conditions import Outcome
 from jetstream_operator.reconcile.purge import (
     PURGE_ANNOTATION,
     PURGE_KEEP_ANNOTATION,
@@ -33,3 +43,25 @@ def test_subject_and_keep_shape_the_request() -> None:
 def test_bad_keep_is_refused_with_a_reason() -> None:
     with pytest.raises(InvalidPurge, match="whole number"):
         pending_purge({PURGE_ANNOTATION: "t", PURGE_KEEP_ANNOTATION: "-1"}, {})
+
+
+def test_a_malformed_purge_warns_once_and_leaves_ready_as_it_was() -> None:
+    """The stream is still as declared: Ready stays; the token is recorded with the error, so
+    the Warning is posted once and nothing is tried again for it."""
+    annotations = {PURGE_ANNOTATION: "t1", PURGE_KEEP_ANNOTATION: "many"}
+    result = asyncio.run(
+        purge_if_asked(STREAM_KIND, {"name": "ORDERS"}, annotations, {}, None)  # type: ignore[arg-type]
+    )
+    assert result is not None
+    synced = Result(Outcome(True, "Synced", "stream ORDERS matches the spec")).then(result)
+    assert synced.outcome.ready and synced.outcome.reason == "Synced"
+    assert synced.status["lastPurge"]["token"] == "t1"
+    assert "whole number" in synced.status["lastPurge"]["error"]
+    assert [event.reason for event in synced.events] == ["InvalidPurge"]
+    recorded = {"lastPurge": synced.status["lastPurge"]}
+    assert (
+        asyncio.run(
+            purge_if_asked(STREAM_KIND, {"name": "ORDERS"}, annotations, recorded, None)  # type: ignore[arg-type]
+        )
+        is None
+    )

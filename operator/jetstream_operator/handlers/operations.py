@@ -40,11 +40,8 @@ async def step_down_if_asked(
         return unavailable(error)
     except JetStreamError as error:
         message = f"NATS refused to step down the leader of stream {name}: {error.description}"
-        return Result(
-            Outcome(False, "StepDownFailed", message, stalled=True),
-            events=[Event("Warning", "StepDownFailed", message)],
-            status={"lastStepDown": {"token": token, "error": error.description}},
-        )
+        record = {"lastStepDown": {"token": token, "error": error.description}}
+        return declined("StepDownFailed", message, record)
     message = f"stream {name}'s leader stepped down: {before} -> {after or 'no leader yet'}"
     return Result(
         Outcome(True, "Synced", message),
@@ -87,10 +84,7 @@ async def purge_if_asked(
     try:
         request = pending_purge(annotations, status)
     except InvalidPurge as error:
-        return Result(
-            Outcome(False, "InvalidPurge", str(error), stalled=True),
-            events=[Event("Warning", "InvalidPurge", str(error))],
-        )
+        return declined("InvalidPurge", str(error), {"lastPurge": {"token": error.token}})
     if request is None:
         return None
     name = str(kind.stream_name(spec))
@@ -100,11 +94,8 @@ async def purge_if_asked(
         return unavailable(error)
     except JetStreamError as error:
         message = f"NATS refused to {request.describe()}: {error.description}"
-        return Result(
-            Outcome(False, "PurgeFailed", message, stalled=True),
-            events=[Event("Warning", "PurgeFailed", message)],
-            status={"lastPurge": {"token": request.token, "error": error.description}},
-        )
+        record = {"lastPurge": {"token": request.token, "error": error.description}}
+        return declined("PurgeFailed", message, record)
     message = f"{request.describe()} removed {purged} messages from stream {name}"
     return Result(
         Outcome(True, "Synced", message),
@@ -118,6 +109,16 @@ async def purge_if_asked(
             }
         },
         events=[Event("Normal", "Purged", message)],
+    )
+
+
+def declined(reason: str, message: str, record: dict[str, Any]) -> Result:
+    """An operation not done: a Warning Event and its record in status (so the token is not
+    tried again), while Ready stays what the pass found: the object is still as declared."""
+    for last in record.values():
+        last.setdefault("error", message)
+    return Result(
+        Outcome(True, "Synced", message), status=record, events=[Event("Warning", reason, message)]
     )
 
 

@@ -56,7 +56,11 @@ class PurgeRequest:
 
 
 class InvalidPurge(ValueError):
-    """The purge annotations cannot be understood; nothing is purged."""
+    """The purge annotations cannot be understood; nothing is purged for `token`."""
+
+    def __init__(self, token: str, message: str) -> None:
+        super().__init__(message)
+        self.token = token
 
 
 def pending_purge(annotations: Mapping[str, str], status: Mapping[str, Any]) -> PurgeRequest | None:
@@ -69,7 +73,8 @@ def pending_purge(annotations: Mapping[str, str], status: Mapping[str, Any]) -> 
     if keep_text:
         if not keep_text.isdigit():
             raise InvalidPurge(
-                f"{PURGE_KEEP_ANNOTATION} must be a whole number of messages, not {keep_text!r}"
+                token,
+                f"{PURGE_KEEP_ANNOTATION} must be a whole number of messages, not {keep_text!r}",
             )
         keep = int(keep_text)
     subject = (annotations.get(PURGE_SUBJECT_ANNOTATION) or "").strip() or None
