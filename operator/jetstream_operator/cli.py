@@ -127,6 +127,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reasons(args: argparse.Namespace) -> int:
+    from .reasons import reasons_table
+
+    print(reasons_table(), end="")
+    return 0
+
+
 def _settings(args: argparse.Namespace) -> int:
     from .settings import settings_markdown
 
@@ -220,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
+    reasons = commands.add_parser(
+        "reasons", help="print the table of condition reasons of docs/conditions.md"
+    )
+    reasons.set_defaults(handler=_reasons)
     settings = commands.add_parser("settings", help="print every setting as docs/settings.md")
     settings.add_argument("--markdown", action="store_true", help="as Markdown (the default)")
     settings.set_defaults(handler=_settings)

@@ -14,12 +14,10 @@ from typing import Any
 import pytest
 
 from jetstream_devtools.gobuild import ensure_tools
+from jetstream_operator.reasons import REASONS
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 
-from .helpers import ROOT
 from .lua import argocd_health
-
-TABLE_ROW = re.compile(r"^\| (`[^|]+`) \| ([^|]+) \| ([^|]*) \|")
 
 AGREE = {
     "Current": {"Healthy", "Suspended"},
@@ -31,18 +29,15 @@ InProgress, as the spec was or was not in effect) or ReadOnly (Failed: a person 
 
 
 def table_cases() -> list[tuple[str, Outcome]]:
-    """One outcome per reason and Ready value the table states; events are not conditions."""
-    text = (ROOT / "docs" / "conditions.md").read_text()
+    """One outcome per reason and Ready value of the reason list (docs/conditions.md's table);
+    events are not conditions."""
     cases = []
-    for line in text.splitlines():
-        row = TABLE_ROW.match(line)
-        if row is None or "event" in row.group(2):
+    for row in REASONS:
+        if "event" in row.ready:
             continue
-        reasons = re.findall(r"`([A-Za-z]+)`", row.group(1))
-        readies = re.findall(r"True|False", row.group(2))
-        stalled = row.group(3).strip() == "True"
-        for reason in reasons:
-            for ready in readies:
+        stalled = row.stalled == "True"
+        for ready in re.findall(r"True|False", row.ready):
+            for reason in row.names:
                 held = reason == "Paused"
                 outcome = Outcome(ready == "True", reason, "m", stalled=stalled, held=held)
                 cases.append((f"{reason}-ready-{ready}-stalled-{stalled}", outcome))
