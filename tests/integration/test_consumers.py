@@ -154,10 +154,11 @@ async def test_a_stream_applied_with_its_consumers_writes_its_status_once(
         await asyncio.sleep(2)  # a consumer's own recount would follow within a second
         written = difference(apiserver_writes(control_plane), before)
         changes.stop()
-        # One status per stream (two more each without the gathering). A consumer whose watch
-        # event reached the operator only after its stream was made writes the count itself:
-        # allow one such, on a busy machine.
-        assert len(streams) <= written.get("PATCH streams/status", 0) <= len(streams) + 1, (
+        # One status per stream (two more each without the gathering: 12 here). A consumer
+        # whose watch event reached the operator only after its stream was made writes the
+        # count itself: allow two such, on a busy machine (a CI run with another suite on the
+        # same two cores saw both consumers of one stream arrive late).
+        assert len(streams) <= written.get("PATCH streams/status", 0) <= len(streams) + 2, (
             written,
             changes.report(),
         )
