@@ -391,6 +391,24 @@ def test_chart_readme_lists_every_value() -> None:
     assert not missing, f"values missing from charts/jetstream-operator/README.md: {missing}"
 
 
+def test_chart_readme_defaults_are_those_of_values_yaml() -> None:
+    """Each default the values table states (as YAML in backticks) is the one values.yaml
+    holds, so the table cannot drift from the chart (a default changed in one place only)."""
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    rows = re.findall(r"^\| `([A-Za-z0-9_.]+)` \| `([^`]*)` \|", readme, re.MULTILINE)
+    checked = 0
+    for key, shown in rows:
+        holder: Any = values
+        for part in key.split("."):
+            holder = holder.get(part, KeyError) if isinstance(holder, dict) else KeyError
+        if holder is KeyError:
+            continue
+        checked += 1
+        assert (yaml.safe_load(shown) if shown else "") == holder, (key, shown, holder)
+    assert checked >= 60, checked
+
+
 def _documents(rendered: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(rendered) if doc]
 
