@@ -175,3 +175,20 @@ def test_the_operator_refuses_what_admission_refuses_about_credentials(
     connection still sends no credential in clear text: the same rules, in the model."""
     found = NatsConnectionSpec.model_validate(spec).exposure()
     assert (found is None) if problem is None else (problem in str(found)), found
+
+
+def test_a_deployment_that_only_reads_connections_does_not_chase_a_cluster_connection() -> None:
+    """Resolving one as a NatsConnection would watch namespace "" and retry every recheck."""
+    from types import SimpleNamespace
+
+    from jetstream_operator.passes.connection import wanted_connection
+    from jetstream_operator.services import SharedMemo
+
+    memo = SharedMemo()
+    memo.directory = SimpleNamespace(known=dict)  # type: ignore[assignment]  # known() only
+    memo.unresolved, memo.background = set(), set()
+    body = {"metadata": {"namespace": "team-a"}, "spec": {"clusterConnectionRef": "shared"}}
+    wanted_connection(memo, body)
+    assert memo.unresolved == set() and memo.background == set()
+    wanted_connection(memo, {"metadata": {"namespace": "team-a"}, "spec": {}})  # default
+    assert memo.unresolved == set()

@@ -16,7 +16,7 @@ import kopf
 from ..api.kinds import CONSUMER, NATS_CONNECTION
 from ..handlers import connection_check
 from ..handlers.connection_directory import connection_fields
-from ..handlers.registry import spec_connection_key
+from ..handlers.registry import CLUSTER_SCOPE, spec_connection_key
 from ..handlers.results import Result
 from ..handlers.status_writes import status_patch
 from ..marks import RELEASE_ANNOTATION, SECRET_FINALIZER
@@ -64,6 +64,10 @@ def wanted_connection(memo: SharedMemo, body: Mapping[str, Any]) -> None:
     namespace = str((body.get("metadata") or {}).get("namespace", ""))
     key = spec_connection_key(namespace, body.get("spec") or {})
     if key is None or key in memo.directory.known() or key in memo.unresolved:
+        return
+    if key[0] == CLUSTER_SCOPE:
+        # Not followed where connections are only read (docs/tenancy.md): resolving it as a
+        # NatsConnection would watch a namespace "" and retry with every recheck.
         return
     memo.unresolved.add(key)
     task = asyncio.create_task(_resolve_connection(memo, key, first=True), name=f"resolve-{key}")
