@@ -140,7 +140,8 @@ def why_lines(body: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> l
     if ready == "True" and reason != "Paused":
         lines.append(f"Ready: {reason}: {message}")
         return lines
-    lines.append(f"Not ready: {reason or 'no status yet'}: {message}")
+    state = "Paused, as declared" if ready == "True" else "Not ready"
+    lines.append(f"{state}: {reason or 'no status yet'}: {message}")
     for condition in (body.get("status") or {}).get("conditions") or []:
         if condition.get("type") != "Ready" and condition.get("status") == "True":
             lines.append(f"{condition.get('type')}: {condition.get('reason')}")

@@ -58,3 +58,14 @@ def test_why_says_what_the_reason_list_says() -> None:
     assert lines[1] == "Not ready: Conflict: stream 'ORDERS' already exists"
     assert any(line.startswith("What to do: choose another `spec.name`") for line in lines)
     assert lines[-1] == "  t Warning Conflict: taken"
+
+
+def test_a_paused_resource_as_declared_is_said_to_be_so() -> None:
+    body = {
+        "kind": "Stream",
+        "metadata": {"name": "o", "namespace": "a"},
+        "status": ready("Paused"),
+    }
+    lines = why_lines(body, [])
+    assert lines[1] == "Paused, as declared: Paused: m"
+    assert any(line.startswith("What to do: remove the annotation") for line in lines)
