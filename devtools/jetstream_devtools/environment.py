@@ -3,6 +3,10 @@
 The servers run detached (own session, output to log files); `state.json` records each pid
 with its executable and start time, so `down` from any later process stops exactly those
 processes and never a stranger that reused a pid. Printing is left to the CLI.
+
+With `auth="jwt"` NATS runs in operator mode (decentralized JWT auth): the keys stay in the state
+dir, and the operator's signing key and the system user's .creds are also put in Secrets, as a
+platform team would for NatsAccounts.
 """
 
 from __future__ import annotations
@@ -15,7 +19,12 @@ import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from jetstream_operator.marks import CONNECTION_SECRET_LABEL
 
 from .containers import Docker
 from .controlplane import ControlPlane
@@ -24,9 +33,20 @@ from .node import NODE_ADDRESS, NODE_NAME, Node, cleanup_host, remove_containers
 from .paths import LOOPBACK, file_lock
 from .processes import ProcessRecord, http_get, terminate
 
+if TYPE_CHECKING:  # natsauth needs the nkeys package, which only operator mode does
+    from .natsauth import OperatorKeys
+
 STATE_FILE = "state.json"
 DEV_IMAGE = "jetstream-operator:dev"
 LOCK_FILE = ".lock"
+AUTH_MODES = ("none", "jwt")
+"""NATS without auth, or in operator mode (accounts and users as JWTs)."""
+KEYS_FILE = "operator-keys.json"
+SIGNING_KEY_FILE = "operator-signing-key.seed"
+SYSTEM_CREDS_FILE = "system.creds"
+AUTH_NAMESPACE = "jetstream-operator-system"
+SIGNING_KEY_SECRET = "nats-operator-signing-key"
+SYSTEM_USER_SECRET = "nats-system-user"
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,18 @@ class DevState:
     started_at: float = 0.0
     # With a node (`dev up --node`): the image built from the checkout and loaded into it.
     node_image: str = ""
+    # "jwt": NATS in operator mode, its keys in the state dir (`operator_files`).
+    auth: str = "none"
+
+    @property
+    def operator_files(self) -> dict[str, Path]:
+        """The operator mode's secret files by what the CLI exports them as; empty without."""
+        if self.auth != "jwt":
+            return {}
+        return {
+            "NATS_SYSTEM_CREDS": self.state_dir / SYSTEM_CREDS_FILE,
+            "NATS_OPERATOR_SIGNING_KEY": self.state_dir / SIGNING_KEY_FILE,
+        }
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -65,6 +97,7 @@ class DevState:
             "health_urls": self.health_urls,
             "started_at": self.started_at,
             "node_image": self.node_image,
+            "auth": self.auth,
         }
         return json.dumps(data, indent=2) + "\n"
 
@@ -86,6 +119,7 @@ class DevState:
             health_urls={str(k): str(v) for k, v in data.get("health_urls", {}).items()},
             started_at=float(data.get("started_at", 0.0)),
             node_image=str(data.get("node_image", "")),
+            auth=str(data.get("auth", "none")),
         )
 
 
@@ -125,6 +159,8 @@ class DevStatus:
         ]
         if self.state.node_image:
             lines.append(f"  node:       {NODE_NAME}, image {self.state.node_image} loaded")
+        if self.state.auth == "jwt":
+            lines.append(f"  nats auth:  operator mode, keys in {self.state.state_dir}")
         for process in self.processes:
             state = "healthy" if process.healthy else ("unhealthy" if process.alive else "dead")
             lines.append(
@@ -146,26 +182,36 @@ def up(
     with_cluster: bool = False,
     node_image_context: Path | None = None,
     timeout: float = 180.0,
+    auth: str = "none",
 ) -> DevState:
     """Start (or find already running) a control plane and NATS, detached from this process.
 
     With `node_image_context` (a checkout with the Dockerfile) it is a one-node cluster instead:
     Docker set up, the image built from that checkout and loaded into the node, NATS on the
     node's address so pods reach it.
+
+    With `auth="jwt"`, NATS runs in operator mode with new keys, and the Secrets of
+    `publish_operator_secrets` are (re)made in the API server.
     """
+    if auth not in AUTH_MODES:
+        raise ValueError(f"unknown auth {auth!r}; known: {', '.join(AUTH_MODES)}")
     if with_cluster and node_image_context is not None:
         raise ValueError("a node's pods reach one NATS on the node's address, not a cluster")
     state_dir = state_dir.resolve()
     with _locked(state_dir):
         existing = load_state(state_dir)
         if existing is not None:
-            same_shape = existing.cluster == with_cluster and bool(existing.node_image) == bool(
-                node_image_context
+            same_shape = (
+                existing.cluster == with_cluster
+                and bool(existing.node_image) == bool(node_image_context)
+                and existing.auth == auth
             )
             if same_shape and _status(existing).healthy:
+                publish_operator_secrets(existing)  # back if someone deleted them
                 return existing
             _stop_recorded(existing)  # half dead or another shape: start over cleanly
         _clear(state_dir)
+        keys = _new_keys(state_dir) if auth == "jwt" else None
         docker: Docker | None = None
         if node_image_context is not None:
             docker = Docker()
@@ -175,9 +221,9 @@ def up(
             plane = ControlPlane(state_dir / "controlplane")
             nats_host = LOOPBACK
         nats: NatsServer | NatsCluster = (
-            NatsCluster(state_dir / "nats")
+            NatsCluster(state_dir / "nats", operator_keys=keys)
             if with_cluster
-            else NatsServer(state_dir / "nats", host=nats_host)
+            else NatsServer(state_dir / "nats", host=nats_host, operator_keys=keys)
         )
         try:
             image = ""
@@ -192,7 +238,8 @@ def up(
             else:
                 plane.start(timeout)
             nats.start(timeout)
-            state = _state_of(state_dir, plane, nats, docker, image)
+            state = _state_of(state_dir, plane, nats, docker, image, auth)
+            publish_operator_secrets(state)
             _write_atomically(state_dir / STATE_FILE, state.to_json())
         except BaseException:
             nats.stop()
@@ -230,6 +277,7 @@ def _state_of(
     nats: NatsServer | NatsCluster,
     docker: Docker | None,
     image: str,
+    auth: str,
 ) -> DevState:
     nodes = nats.nodes if isinstance(nats, NatsCluster) else [nats]
     control_plane = plane.control_plane if isinstance(plane, Node) else plane
@@ -251,7 +299,72 @@ def _state_of(
         health_urls=health_urls,
         started_at=time.time(),
         node_image=image,
+        auth=auth,
     )
+
+
+def auth_exports(state: DevState) -> list[str]:
+    """The lines `dev up` prints for operator mode, after its other exports."""
+    if not state.operator_files:
+        return []
+    lines = [f"export {name}={path}" for name, path in state.operator_files.items()]
+    lines.append(
+        f"# Secrets in namespace {AUTH_NAMESPACE}: {SIGNING_KEY_SECRET} (key seed), "
+        f"{SYSTEM_USER_SECRET} (key user.creds)"
+    )
+    return lines
+
+
+def _new_keys(state_dir: Path) -> OperatorKeys:
+    """Fresh keys, kept in the state dir (owner-only) for `dev up` again and for people."""
+    from .natsauth import OperatorKeys, write_secret
+
+    keys = OperatorKeys.generate()
+    write_secret(state_dir / KEYS_FILE, keys.to_json())
+    write_secret(state_dir / SIGNING_KEY_FILE, keys.signing_seed + "\n")
+    write_secret(state_dir / SYSTEM_CREDS_FILE, keys.system_creds())
+    return keys
+
+
+def publish_operator_secrets(state: DevState) -> None:
+    """The operator's signing key and the system user's .creds (the state dir's files, byte for
+    byte) as Secrets a NatsAccount and a ClusterNatsConnection name, labelled so connections
+    may read them. Nothing without operator mode."""
+    if state.auth != "jwt":
+        return
+    seed = (state.state_dir / SIGNING_KEY_FILE).read_text().strip()
+    creds = (state.state_dir / SYSTEM_CREDS_FILE).read_text()
+    api_client = config.new_client_from_config(str(state.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        core = client.CoreV1Api(api_client)
+        try:
+            core.create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=AUTH_NAMESPACE))
+            )
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        secrets = {SIGNING_KEY_SECRET: {"seed": seed}, SYSTEM_USER_SECRET: {"user.creds": creds}}
+        for name, data in secrets.items():
+            _apply_secret(core, name, data)
+    finally:
+        api_client.close()
+
+
+def _apply_secret(core: client.CoreV1Api, name: str, data: dict[str, str]) -> None:
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(
+            name=name, namespace=AUTH_NAMESPACE, labels={CONNECTION_SECRET_LABEL: "true"}
+        ),
+        string_data=data,
+        type="Opaque",
+    )
+    try:
+        core.create_namespaced_secret(AUTH_NAMESPACE, secret)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        core.replace_namespaced_secret(name, AUTH_NAMESPACE, secret)
 
 
 def _status(state: DevState) -> DevStatus:

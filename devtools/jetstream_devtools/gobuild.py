@@ -1,4 +1,4 @@
-"""Build the pinned Go tools (etcd, Kubernetes components, kubectl, helm) once into the cache.
+"""Build the pinned Go tools (etcd, Kubernetes components, kubectl, helm, nats) once into the cache.
 
 No container engine or release download is needed: the Go module proxy serves the sources and
 the modules under `gotools/` pin exact versions. Builds are atomic and serialized by a file lock,
@@ -38,6 +38,12 @@ PAUSE_VERSION = "pause-v1"
 KSTATUS_VERSION = "cli-utils-v0.37.2"
 """kstatus, the status reading of sigs.k8s.io/cli-utils (Flux, `kubectl wait`-like tools), built
 for the tests that check how it reads our conditions."""
+NATSCLI_VERSION = "v0.5.0"
+"""The NATS CLI (`nats`, github.com/nats-io/natscli), for the tests and people reading what an
+operator-mode server holds (`nats account info` with a user's .creds)."""
+JWTCHECK_VERSION = "jwt-v2.8.2-r1"
+"""jwtcheck: github.com/nats-io/jwt/v2 (the version natscli v0.5.0 requires) decoding and
+validating our JWTs. Bump the -rN suffix when its main.go changes: binaries are cached by it."""
 # Commands of the k8s.io/kubernetes module, all built from `gotools/kube` at one version.
 _KUBE_COMMANDS = (
     "kube-apiserver",
@@ -91,6 +97,14 @@ TOOLS: dict[str, GoTool] = {
     },
     "pause": GoTool("pause", "pause", ".", PAUSE_VERSION),
     "kstatus": GoTool("kstatus", "kstatus", ".", KSTATUS_VERSION),
+    "nats": GoTool(
+        "nats",
+        "nats",
+        "github.com/nats-io/natscli/nats",
+        f"natscli-{NATSCLI_VERSION}",
+        (f"-X main.version={NATSCLI_VERSION}",),
+    ),
+    "jwtcheck": GoTool("jwtcheck", "jwtcheck", ".", JWTCHECK_VERSION),
     "helm": GoTool(
         "helm",
         "helm",

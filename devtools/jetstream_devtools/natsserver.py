@@ -1,7 +1,8 @@
 """Real nats-server processes with JetStream: one node, or a cluster for replicated streams.
 
 Each server gets a generated config file, so tests can add auth, TLS or accounts through
-`extra_config` and restart with the same ports and store to exercise recovery.
+`extra_config` and restart with the same ports and store to exercise recovery. With
+`operator_keys`, a server runs in operator mode (decentralized JWT auth, `natsauth.py`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .paths import LOOPBACK, free_port, nats_server_binary
 from .processes import ManagedProcess, ProcessDied, ProcessRecord, http_get
+
+if TYPE_CHECKING:
+    from .natsauth import OperatorKeys
 
 _PORT_RETRIES = 3
 
@@ -46,6 +50,7 @@ class NatsServer:
         extra_config: str = "",
         jetstream: bool = True,
         host: str = LOOPBACK,
+        operator_keys: OperatorKeys | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         self.name = name
@@ -57,6 +62,8 @@ class NatsServer:
         # Appended verbatim to the config at every (re)start: auth, TLS, accounts, limits.
         self.extra_config = extra_config
         self.jetstream = jetstream
+        # Operator mode: accounts and users are JWTs; every node keeps its own resolver dir.
+        self.operator_keys = operator_keys
         self._process: ManagedProcess | None = None
 
     @property
@@ -78,6 +85,15 @@ class NatsServer:
     @property
     def log_file(self) -> Path:
         return self.workdir / f"{self.name}.log"
+
+    @property
+    def resolver_dir(self) -> Path:
+        """Where this node's full resolver stores account JWTs (operator mode)."""
+        return self.workdir / f"{self.name}-jwt"
+
+    @property
+    def operator_jwt_file(self) -> Path:
+        return self.workdir / f"{self.name}-operator.jwt"
 
     @property
     def pid(self) -> int | None:
@@ -114,6 +130,10 @@ class NatsServer:
                 f"  routes: [{routes}]",
                 "}",
             ]
+        if self.operator_keys is not None:
+            lines.append(
+                self.operator_keys.server_config(self.resolver_dir, self.operator_jwt_file)
+            )
         if self.extra_config:
             lines.append(self.extra_config)
         return "\n".join(lines) + "\n"
@@ -128,6 +148,8 @@ class NatsServer:
             self.port = self.port or free_port()
             self.monitor_port = self.monitor_port or free_port()
             self.config_file.write_text(self.render_config())
+            if self.operator_keys is not None:
+                self.operator_keys.write_operator_jwt(self.operator_jwt_file)
             self._process = ManagedProcess(
                 self.name,
                 [str(nats_server_binary()), "--config", str(self.config_file)],
@@ -197,6 +219,7 @@ class NatsCluster:
         *,
         name: str = "jetstream-operator",
         extra_config: str = "",
+        operator_keys: OperatorKeys | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         self.name = name
@@ -209,6 +232,7 @@ class NatsCluster:
                 monitor_port=free_port(),
                 cluster=ClusterConfig(name, route_port, tuple(route_ports)),
                 extra_config=extra_config,
+                operator_keys=operator_keys,
             )
             for index, route_port in enumerate(route_ports)
         ]

@@ -170,7 +170,9 @@ def _dev(args: argparse.Namespace) -> int:
         from jetstream_devtools.crds import install_api
 
         context = Path(args.image_context) if args.node else None
-        state = environment.up(state_dir, with_cluster=args.cluster, node_image_context=context)
+        state = environment.up(
+            state_dir, with_cluster=args.cluster, node_image_context=context, auth=args.auth
+        )
         api_client = config.new_client_from_config(str(state.kubeconfig))  # type: ignore[no-untyped-call]
         install_api(api_client)
         print(f"export KUBECONFIG={state.kubeconfig.resolve()}")
@@ -178,6 +180,8 @@ def _dev(args: argparse.Namespace) -> int:
         print(f"export JETSTREAM_OPERATOR_NATS_URL={state.nats_url}")
         # One team on a workstation: the default connection serves every namespace.
         print(f"export JETSTREAM_OPERATOR_NAMESPACE_SELECTOR='{EVERY_NAMESPACE_JSON}'")
+        for line in environment.auth_exports(state):
+            print(line)
         if state.node_image:
             repository, tag = state.node_image.rsplit(":", 1)
             print(
@@ -250,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument(
         "--image-context", default=".", help="the checkout to build the image from (--node)"
+    )
+    dev.add_argument(
+        "--auth",
+        choices=["none", "jwt"],
+        default="none",
+        help="jwt: NATS in operator mode (accounts and users as JWTs), its system user's creds "
+        "and the operator's signing key in the state dir and in Secrets",
     )
     dev.set_defaults(handler=_dev)
 

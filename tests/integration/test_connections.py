@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import nats
-import nkeys
 import pytest
 from kubernetes import client
 from nats.aio.client import RawCredentials
@@ -31,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator_process
 ALICE_PASSWORD = "alice-Pa55-w0rd-xyz"
 BOB_PASSWORD = "bob-Pa55-w0rd-uvw"
 TOKEN = "t0ken-9f8e7d6c5b4a"
-NKEY_USER = new_identity(nkeys.PREFIX_BYTE_USER)
+NKEY_USER = new_identity("user")
 SECRET_VALUES = (ALICE_PASSWORD, BOB_PASSWORD, TOKEN, NKEY_USER.seed)
 
 

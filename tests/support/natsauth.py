@@ -1,18 +1,17 @@
-"""NATS credentials made in the test itself: NKeys, and operator/account/user JWTs for creds.
-
-Nothing is fetched: keys come from os.urandom, JWTs are signed here with the nkeys package.
-"""
+"""NATS credentials made in the test itself: NKeys, and an operator with one JetStream account
+preloaded into a memory resolver, issuing creds files for connections' tests. Signed with the
+operator's own JWT module (`jetstream_operator.nats.jwt`); the full-resolver system that
+NatsAccounts push to is `jetstream_devtools.natsauth`."""
 
 from __future__ import annotations
 
-import base64
-import json
-import os
 import time
 from dataclasses import dataclass
-from typing import Any
 
-import nkeys
+from jetstream_devtools.natsauth import UNLIMITED_ACCOUNT_LIMITS
+from jetstream_operator.nats import jwt
+
+UNLIMITED_JETSTREAM = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
 
 
 @dataclass(frozen=True)
@@ -21,49 +20,14 @@ class Identity:
     public: str
 
 
-def new_identity(prefix: int) -> Identity:
-    seed = nkeys.encode_seed(os.urandom(32), prefix)
-    pair = nkeys.from_seed(bytearray(seed))
-    return Identity(seed.decode(), pair.public_key.decode())
+def new_identity(role: jwt.KeyRole) -> Identity:
+    seed = jwt.new_seed(role)
+    return Identity(seed, jwt.public_key(seed))
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
-def sign_jwt(
-    issuer: Identity, subject: str, name: str, nats: dict[str, Any], expires: int | None = None
-) -> str:
-    claims: dict[str, Any] = {
-        "jti": _b64(os.urandom(24)).upper(),
-        "iat": int(time.time()) - 60,
-        "iss": issuer.public,
-        "name": name,
-        "sub": subject,
-        "nats": {**nats, "version": 2},
-    }
-    if expires is not None:
-        claims["exp"] = expires
-    header = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
-    body = _b64(json.dumps(claims).encode())
-    signature = nkeys.from_seed(bytearray(issuer.seed.encode())).sign(f"{header}.{body}".encode())
-    return f"{header}.{body}.{_b64(signature)}"
-
-
-UNLIMITED_ACCOUNT = {
-    "subs": -1,
-    "data": -1,
-    "payload": -1,
-    "imports": -1,
-    "exports": -1,
-    "wildcards": True,
-    "conn": -1,
-    "leaf": -1,
-    "mem_storage": -1,
-    "disk_storage": -1,
-    "streams": -1,
-    "consumer": -1,
-}
+def _signed(issuer: Identity, subject: str, name: str, nats: dict[str, object]) -> str:
+    # A minute in the past: the server refuses tokens issued "in the future" by a skewed clock.
+    return jwt.encode(subject, name, nats, issuer.seed, issued_at=int(time.time()) - 60)
 
 
 @dataclass(frozen=True)
@@ -87,51 +51,31 @@ class OperatorMode:
         )
 
     def creds(self, name: str, expires: int | None = None) -> str:
-        user = new_identity(nkeys.PREFIX_BYTE_USER)
-        jwt = sign_jwt(
-            self.account,
+        user = new_identity("user")
+        token = jwt.encode(
             user.public,
             name,
-            {"type": "user", "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1},
-            expires,
+            jwt.user_claims(None, {}, {}),
+            self.account.seed,
+            issued_at=int(time.time()) - 60,
+            expires_at=expires,
         )
-        return (
-            f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
-            f"-----BEGIN USER NKEY SEED-----\n{user.seed}\n------END USER NKEY SEED------\n"
-        )
+        return jwt.creds_file(token, user.seed)
 
 
 def operator_mode() -> OperatorMode:
-    operator = new_identity(nkeys.PREFIX_BYTE_OPERATOR)
-    account = new_identity(nkeys.PREFIX_BYTE_ACCOUNT)
-    operator_jwt = sign_jwt(operator, operator.public, "test-operator", {"type": "operator"})
-    account_jwt = sign_jwt(
-        operator,
-        account.public,
-        "APP",
-        {
-            "type": "account",
-            "limits": UNLIMITED_ACCOUNT,
-            "default_permissions": {"pub": {}, "sub": {}},
-        },
+    operator, account, system = (
+        new_identity("operator"),
+        new_identity("account"),
+        new_identity("account"),
     )
-    system = new_identity(nkeys.PREFIX_BYTE_ACCOUNT)
-    system_jwt = sign_jwt(
+    app_limits = {**UNLIMITED_ACCOUNT_LIMITS, **UNLIMITED_JETSTREAM}
+    system_limits = UNLIMITED_ACCOUNT_LIMITS
+    return OperatorMode(
         operator,
-        system.public,
-        "SYS",
-        {
-            "type": "account",
-            "limits": {
-                "subs": -1,
-                "data": -1,
-                "payload": -1,
-                "imports": -1,
-                "exports": -1,
-                "wildcards": True,
-                "conn": -1,
-                "leaf": -1,
-            },
-        },
+        account,
+        system,
+        _signed(operator, operator.public, "test-operator", {"type": "operator"}),
+        _signed(operator, account.public, "APP", {"type": "account", "limits": app_limits}),
+        _signed(operator, system.public, "SYS", {"type": "account", "limits": system_limits}),
     )
-    return OperatorMode(operator, account, system, operator_jwt, account_jwt, system_jwt)
