@@ -1,5 +1,5 @@
 -- Argo CD health check for jetstream-operator.io resources: Stream, Consumer, NatsConnection,
--- KeyValue, ObjectStore, ClusterNatsConnection.
+-- KeyValue, ObjectStore, ClusterNatsConnection, NatsAccount, NatsUser.
 --
 -- The operator writes kstatus-style conditions (Ready, Reconciling, Stalled), each with the
 -- generation it was computed for, and status.observedGeneration. Mapping:

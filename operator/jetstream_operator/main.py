@@ -9,10 +9,10 @@ from typing import Any, NamedTuple
 import kopf
 
 from . import GROUP, VERSION
-from .api.kinds import CLUSTER_NATS_CONNECTION, CONSUMER, NATS_CONNECTION
+from .api.kinds import CLUSTER_NATS_CONNECTION, CONSUMER, NATS_ACCOUNT, NATS_CONNECTION, NATS_USER
 from .k8s.login import credentials, limited_session
 from .k8s.selection import LabelSelection
-from .passes import cluster_connection, connection, consumer, stream_backed
+from .passes import account, cluster_connection, connection, consumer, stream_backed, user
 from .passes.from_kopf import KopfCall
 from .reconcile.backed import STREAM_BACKED, StreamBackedKind
 from .services import SharedMemo
@@ -117,15 +117,16 @@ def serve_events(by_workers: bool) -> None:
 
 
 def serve_connections(manage: bool) -> None:
-    """Register the NatsConnection and ClusterNatsConnection handlers, where this deployment
-    manages the connections. A deployment that only reads them registers none, so kopf does
-    not watch them at all: kopf stores what it handled in every object of a kind it handles,
-    and removes its finalizer, shared with the managing deployment, from every object of a
-    kind with no handler that needs one. `NamespaceWatches` and `connection.read_connection`
-    keep such a deployment up to date (ClusterNatsConnections are not followed there yet)."""
+    """Register the handlers of the kinds around connections (NatsConnection,
+    ClusterNatsConnection, NatsAccount, NatsUser), where this deployment manages the
+    connections. A deployment that only reads them registers none, so kopf does not watch them
+    at all: kopf stores what it handled in every object of a kind it handles, and removes its
+    finalizer, shared with the managing deployment, from every object of a kind with no handler
+    that needs one. `NamespaceWatches` and `connection.read_connection` keep such a deployment
+    up to date (ClusterNatsConnections are not followed there yet)."""
     if not manage:
         return
-    _serve_connection_kind(
+    _serve_checked_kind(
         NATS_CONNECTION.plural,
         "remember_connection",
         connection.remember_connection,
@@ -133,7 +134,7 @@ def serve_connections(manage: bool) -> None:
         connection.recheck_connection,
         connection.finalize_connection,
     )
-    _serve_connection_kind(
+    _serve_checked_kind(
         CLUSTER_NATS_CONNECTION.plural,
         "remember_cluster_connection",
         connection.remember_cluster_connection,
@@ -141,9 +142,34 @@ def serve_connections(manage: bool) -> None:
         cluster_connection.recheck,
         cluster_connection.finalize,
     )
+    _serve_checked_kind(
+        NATS_ACCOUNT.plural,
+        "remember_account",
+        _remembering("accounts"),
+        account.reconcile,
+        account.recheck,
+        account.finalize,
+    )
+    _serve_checked_kind(
+        NATS_USER.plural,
+        "remember_user",
+        _remembering("natsusers"),
+        user.reconcile,
+        user.recheck,
+        user.finalize,
+    )
 
 
-def _serve_connection_kind(
+def _remembering(registry: str) -> Callable[..., Any]:
+    """An event handler keeping the memo's registry of that name current."""
+
+    async def remember(event: kopf.RawEvent, memo: SharedMemo, **_: Any) -> None:
+        getattr(memo, registry).observe(event.get("type"), event.get("object") or {})
+
+    return remember
+
+
+def _serve_checked_kind(
     plural: str,
     remember_id: str,
     remember: Callable[..., Any],
@@ -151,7 +177,7 @@ def _serve_connection_kind(
     recheck: Callable[..., Any],
     finalize: Callable[[KopfCall], Awaitable[None]],
 ) -> None:
-    """One connection kind's handlers: the registry's events, its checks, a daemon that
+    """One kind checked in the background: the registry's events, its passes, a daemon that
     rechecks it, and its release."""
 
     async def reconcile_handler(

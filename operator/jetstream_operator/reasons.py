@@ -349,6 +349,105 @@ REASONS: tuple[Reason, ...] = (
         ),
         "nothing",
     ),
+    Reason(
+        ("Connected",),
+        "True",
+        "False",
+        "a ClusterNatsConnection with `systemAccount: true` connects as a system-account user",
+        "nothing",
+    ),
+    Reason(
+        ("Pushed",),
+        "True",
+        "False",
+        "a NatsAccount: the resolver accepted the account's JWT (`status.serverAnswer`)",
+        "nothing",
+    ),
+    Reason(
+        ("Repushed",),
+        "(event)",
+        "",
+        (
+            "a Warning Event: the resolver's copy of a NatsAccount's JWT was changed or removed "
+            "outside Kubernetes, and the declared one was pushed again"
+        ),
+        "find who changes accounts by hand (nsc, `nats` CLI)",
+    ),
+    Reason(
+        ("ResolverUnreachable",),
+        "False",
+        "False",
+        (
+            "a NatsAccount: its system connection is not ready or the resolver did not answer; "
+            "retried, nothing is deleted"
+        ),
+        "check `spec.systemConnectionRef` and the servers",
+    ),
+    Reason(
+        ("ResolverRefused",),
+        "False",
+        "False",
+        "a NatsAccount: the resolver refused the JWT; the message has the server's reason",
+        "check the operator signing key and the server's operator JWT",
+    ),
+    Reason(
+        ("InvalidSigningKey",),
+        "False",
+        "True",
+        'a NatsAccount: the Secret\'s key holds no operator seed ("SO...")',
+        "put the operator signing key's seed in the Secret",
+    ),
+    Reason(
+        ("KeysUnavailable",),
+        "False",
+        "False",
+        "a NatsAccount: its keys Secret could not be read or written (RBAC, API server)",
+        "check the operator's Role in its own namespace",
+    ),
+    Reason(
+        ("Issued",),
+        "True",
+        "False",
+        "a NatsUser: valid credentials with the declared permissions are in its Secret",
+        "mount the Secret (key `user.creds`)",
+    ),
+    Reason(
+        ("Rotated", "Revoked"),
+        "(events)",
+        "",
+        (
+            "Normal Events: new credentials replaced the previous ones (valid until they "
+            "expire), or a deleted NatsUser's credentials were revoked in its account"
+        ),
+        "nothing",
+    ),
+    Reason(
+        ("AccountNotFound", "AccountNotReady", "ReferenceNotFound"),
+        "False",
+        "False",
+        (
+            "a NatsUser waits for its NatsAccount, the account's keys, or a Stream, Consumer or "
+            "bucket it names in this namespace; retried every 30 s"
+        ),
+        "create what the message names",
+    ),
+    Reason(
+        ("SubjectNotAllowed",),
+        "False",
+        "True",
+        (
+            "a NatsUser asks to publish or subscribe to a subject outside its account's "
+            "`userSubjectPrefixes` for the namespace; the message names the subject"
+        ),
+        "change the subject, or ask the platform team",
+    ),
+    Reason(
+        ("SecretNotWritten",),
+        "False",
+        "False",
+        "a NatsUser's Secret could not be written (RBAC, a Secret of that name not ours)",
+        "check the message",
+    ),
 )
 
 TABLE_HEADER = "| reason | Ready | Stalled | what it means | what to do |\n|---|---|---|---|---|\n"

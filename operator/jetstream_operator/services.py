@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .handlers.tenancy_gate import TenancyGate
     from .k8s.client import KubeApi
     from .k8s.namespaces import NamespaceLabels
+    from .k8s.owned_secrets import OwnedSecrets
     from .k8s.secrets import SecretReader
     from .k8s.status import EventPoster, ResourceWriter
     from .k8s.throttle import RequestLimit
@@ -48,6 +49,11 @@ class SharedMemo(kopf.Memo):
     consumers: ResourceRegistry
     natsconnections: ResourceRegistry
     clusterconnections: ResourceRegistry
+    accounts: ResourceRegistry
+    natsusers: ResourceRegistry
+    account_locks: dict[str, asyncio.Lock]
+    """One per NatsAccount: its pass and its users' revocations change the same JWT."""
+    owned_secrets: OwnedSecrets
     """ClusterNatsConnections, under the namespace "" (handlers/registry.CLUSTER_SCOPE)."""
     namespace_labels: NamespaceLabels
     """Every namespace's labels, for the connections' namespace selectors."""

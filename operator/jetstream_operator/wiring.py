@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from . import GROUP, metrics
-from .api.kinds import CLUSTER_NATS_CONNECTION, CONSUMER, NATS_CONNECTION
+from .api.kinds import CLUSTER_NATS_CONNECTION, CONSUMER, NATS_ACCOUNT, NATS_CONNECTION, NATS_USER
 from .api.status import LAST_HANDLED_FIELD
 from .handlers.arrivals import StreamArrivals
 from .handlers.connection_directory import ConnectionDirectory, Serving
@@ -25,6 +25,7 @@ from .handlers.tenancy_gate import TenancyGate, tenancy_by_connection
 from .k8s.client import KubeApi
 from .k8s.login import credentials
 from .k8s.namespaces import NamespaceLabels
+from .k8s.owned_secrets import OwnedSecrets
 from .k8s.peering import PeeringCheck
 from .k8s.secrets import SecretReader
 from .k8s.status import EventPoster, ResourceWriter
@@ -115,6 +116,9 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
     memo.streams = memo.backed[STREAM_KIND.resource.kind]
     memo.consumers = ResourceRegistry()
     memo.clusterconnections = ResourceRegistry()
+    memo.accounts = ResourceRegistry()
+    memo.natsusers = ResourceRegistry()
+    memo.account_locks = {}
     # Its own session: the namespaces' watch holds a connection. Started now, so that a
     # stream's sharedWithSelector knows the namespaces' labels by the first passes.
     memo.namespace_labels = NamespaceLabels(KubeApi(lambda: credentials(settings), connections=0))
@@ -167,6 +171,7 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
         memo.writer, request_limit(memo).lull, normal=operator_settings.events == "all"
     )
     memo.secrets = SecretReader(kubernetes)
+    memo.owned_secrets = OwnedSecrets(kubernetes)
     memo.explained = {}
     memo.unresolved = set()
     memo.background = set()
@@ -235,6 +240,8 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
             CONSUMER.kind: memo.consumers,
             NATS_CONNECTION.kind: memo.natsconnections,
             CLUSTER_NATS_CONNECTION.kind: memo.clusterconnections,
+            NATS_ACCOUNT.kind: memo.accounts,
+            NATS_USER.kind: memo.natsusers,
         }
         metrics.serve(
             operator_settings.metrics_port,

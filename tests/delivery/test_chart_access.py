@@ -168,7 +168,7 @@ def test_a_release_that_only_reads_connections_may_only_read_them(
     assert len(managing) == len(reading) == (len(WATCHED) if values else 1)
     for manager, reader in zip(managing, reading, strict=True):
         assert {"patch", "update"} <= granted(manager["rules"], "natsconnections/status")
-        assert granted(manager["rules"], "secrets") == {"get", "patch"}
+        assert granted(manager["rules"], "secrets") == {"get", "patch", "create"}
         assert granted(reader["rules"], "natsconnections") == {"get", "list", "watch"}
         assert granted(reader["rules"], "natsconnections/status") == set()
         assert granted(reader["rules"], "secrets") == {"get"}
@@ -196,7 +196,7 @@ def test_secrets_are_granted_only_where_the_operator_watches(helm: Helm) -> None
         ("jetstream-system", "jso-jetstream-operator-connection-secrets"),
     }
     for role in find(objects, "Role"):
-        assert [rule["verbs"] for rule in role["rules"]] == [["get", "patch"]]
+        assert [rule["verbs"] for rule in role["rules"]] == [["get", "patch", "create"]]
     # Every namespace: the ClusterRole, as before; so with globs, where no Role can follow.
     for values in ({}, {"watchNamespaces": "{team-*}"}):
         rendered = helm.render(values)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,11 +17,11 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from jetstream_devtools.gobuild import ensure_tools
 from jetstream_devtools.natsauth import UNLIMITED_ACCOUNT_LIMITS, OperatorKeys, write_secret
 from jetstream_devtools.natsserver import NatsCluster, NatsServer
 from jetstream_operator.nats import jwt
 from tests.conftest import register_logs
+from tests.support.natstools import account_info, jwtcheck
 
 MIB = 1024 * 1024
 JETSTREAM_LIMITS = {
@@ -171,15 +169,6 @@ async def wait_for(predicate: Any, what: str, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.05)
 
 
-def jwtcheck(*tokens: str) -> tuple[int, list[dict[str, Any]]]:
-    binary = ensure_tools(["jwtcheck"])["jwtcheck"]
-    ran = subprocess.run(
-        [str(binary)], input="\n".join(tokens), capture_output=True, text=True, check=False
-    )
-    assert ran.returncode in (0, 1), ran.stderr
-    return ran.returncode, [json.loads(line) for line in ran.stdout.splitlines()]
-
-
 def test_the_go_library_finds_no_blocking_issue(operator_system: OperatorSystem) -> None:
     keys, account = operator_system.keys, operator_system.account
     user_seed = jwt.new_seed("user")
@@ -239,22 +228,10 @@ def test_the_go_library_refuses_a_tampered_token(operator_system: OperatorSystem
 
 
 def test_the_nats_cli_reads_the_pushed_limits(pushed: OperatorSystem, tmp_path: Path) -> None:
-    binary = ensure_tools(["nats"])["nats"]
-    command = [str(binary), "--no-context", "--creds", str(pushed.admin_creds)]
-    command += ["--server", pushed.server.url, "account", "info"]
-    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    ran = subprocess.run(command, capture_output=True, text=True, timeout=30, env=env, check=False)
-    assert ran.returncode == 0, ran.stderr
-    # No --json for `account info` in v0.5.0: its text, whose limits follow their title.
-    usage, _, limits = ran.stdout.partition("Stream Resource Usage Limits:")
-    assert ("Account", f"TEAM-A ({pushed.account.public})") in rows(usage), ran.stdout
-    assert ("Storage", "0 B of 10 MiB") in rows(limits), ran.stdout
-    assert ("Streams", "0 of 2") in rows(limits), ran.stdout
-
-
-def rows(text: str) -> list[tuple[str, str]]:
-    """The "Title: value" rows of the CLI's columns."""
-    return re.findall(r"^\s*([A-Z][A-Za-z ]+?): (.*?)\s*$", text, re.MULTILINE)
+    usage, limits, text = account_info(pushed.server.url, pushed.admin_creds, tmp_path)
+    assert ("Account", f"TEAM-A ({pushed.account.public})") in usage, text
+    assert ("Storage", "0 B of 10 MiB") in limits, text
+    assert ("Streams", "0 of 2") in limits, text
 
 
 async def test_a_cluster_node_learns_an_account_pushed_to_another(tmp_path: Path) -> None:

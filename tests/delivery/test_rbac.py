@@ -283,6 +283,8 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
         "keyvalues",
         "objectstores",
         "clusternatsconnections",
+        "natsaccounts",
+        "natsusers",
     )
     expected = (
         {
@@ -292,7 +294,7 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs(
         }
         | {(GROUP, f"{kind}/status", verb) for kind in kinds for verb in ("get", "patch", "update")}
         | {("", "events", "create"), ("", "events", "patch")}
-        | {("", "secrets", "get"), ("", "secrets", "patch")}
+        | {("", "secrets", "get"), ("", "secrets", "patch"), ("", "secrets", "create")}
         | {("", "namespaces", "list"), ("", "namespaces", "watch")}
         | {
             ("apiextensions.k8s.io", "customresourcedefinitions", verb)

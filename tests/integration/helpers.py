@@ -241,7 +241,7 @@ async def event_posted(
     return await eventually(found, timeout=timeout)
 
 
-OUR_PLURALS = ("consumers", "streams", "keyvalues", "objectstores", "natsconnections")
+OUR_PLURALS = ("natsusers", "consumers", "streams", "keyvalues", "objectstores", "natsconnections")
 """Our kinds, the users of a stream first: they are deleted in this order."""
 
 FINALIZED_WITHIN = 15.0

@@ -152,8 +152,9 @@ the `*.policy.yaml` files beside them hold their admission policies.
 - apiGroups: [""]
   resources: ["secrets"]
   {{- if .Values.operator.manageConnections }}
-  # patch: a working connection holds its Secrets with a finalizer until it is deleted
-  verbs: ["get", "patch"]
+  # patch: a working connection holds its Secrets with a finalizer until it is deleted;
+  # create and patch: a NatsUser's creds Secret (server-side apply, never read back)
+  verbs: ["get", "patch", "create"]
   {{- else }}
   verbs: ["get"]
   {{- end }}

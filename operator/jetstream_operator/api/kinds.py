@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from .. import GROUP, VERSION
+from .account import NatsAccountSpec, NatsAccountStatus, NatsUserSpec, NatsUserStatus
 from .cluster_connection import ClusterNatsConnectionSpec, ClusterNatsConnectionStatus
 from .connection import SECRETS_READABLE_BY_REQUESTER, NatsConnectionSpec, NatsConnectionStatus
 from .consumer import ConsumerSpec, ConsumerStatus
@@ -180,6 +181,47 @@ OBJECT_STORE = ResourceKind(
     ),
 )
 
+NATS_ACCOUNT = ResourceKind(
+    kind="NatsAccount",
+    plural="natsaccounts",
+    spec_model=NatsAccountSpec,
+    status_model=NatsAccountStatus,
+    description=(
+        "A NATS account of a system in operator mode, owned by the platform team: its limits, "
+        "its keys, and the namespaces whose NatsUsers it issues."
+    ),
+    short_names=("natsacct",),
+    scope="Cluster",
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Account", ".status.publicKey"),
+        PrinterColumn("Pushed", ".status.pushedAt", type="date"),
+        PrinterColumn("Revoked", ".status.revokedUsers", type="integer", priority=1),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
+NATS_USER = ResourceKind(
+    kind="NatsUser",
+    plural="natsusers",
+    spec_model=NatsUserSpec,
+    status_model=NatsUserStatus,
+    description=(
+        "A user of a NatsAccount with the permissions its references imply, its creds file "
+        "in a Secret of this namespace."
+    ),
+    short_names=("natsuser",),
+    columns=(
+        READY_COLUMN,
+        PrinterColumn("Account", ".spec.accountRef"),
+        PrinterColumn("Secret", ".status.secretName"),
+        PrinterColumn("Expires", ".status.expiresAt"),
+        REASON_COLUMN,
+        AGE_COLUMN,
+    ),
+)
+
 ALL_KINDS: tuple[ResourceKind, ...] = (
     STREAM,
     CONSUMER,
@@ -187,4 +229,6 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     KEY_VALUE,
     OBJECT_STORE,
     CLUSTER_NATS_CONNECTION,
+    NATS_ACCOUNT,
+    NATS_USER,
 )

@@ -19,19 +19,26 @@ from ..api.selector import LabelSelector
 from ..k8s.secrets import SecretReader
 from ..nats.jsapi import JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
+from ..reconcile.accounts import OPERATOR_CREDS_KEY, keys_secret_name
 from . import connection_check
 from .registry import CLUSTER_SCOPE, ConnectionKey, ResourceRegistry
+from .results import Result
 
 NOT_SERVED = "NotPermitted"
 """The condition reason where a connection does not serve the resource's namespace."""
 
-CLUSTER_ONLY_FIELDS = ("namespaceSelector", "tenancy")
+CLUSTER_ONLY_FIELDS = ("namespaceSelector", "tenancy", "account", "systemAccount")
 """A ClusterNatsConnection's fields beyond a NatsConnection's."""
 
 
 def connection_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """What reaches NATS: the spec's NatsConnection fields."""
-    return {key: value for key, value in spec.items() if key not in CLUSTER_ONLY_FIELDS}
+    """What reaches NATS: the spec's NatsConnection fields; a NatsAccount named in `account`
+    is the creds of the operator's own user of it, from the account's keys Secret."""
+    fields = {key: value for key, value in spec.items() if key not in CLUSTER_ONLY_FIELDS}
+    account = spec.get("account")
+    if isinstance(account, str) and account:
+        fields["creds"] = {"secretName": keys_secret_name(account), "key": OPERATOR_CREDS_KEY}
+    return fields
 
 
 EVERY_NAMESPACE = LabelSelector()
@@ -170,6 +177,25 @@ class ConnectionDirectory:
             )
         if self.remember(key, target) and self._changed is not None:
             await self._changed()
+        return target
+
+    async def system_target(self, name: str) -> ConnectionTarget:
+        """A ClusterNatsConnection of a system-account user (a NatsAccount's way to the
+        resolver): its target as its Secrets say now, without JetStream, which a system
+        account does not have."""
+        tracked = self._clusterwide.named(CLUSTER_SCOPE, name)
+        if tracked is None:
+            raise ConnectionNotReady(
+                "ConnectionNotFound", f"ClusterNatsConnection {name!r} does not exist"
+            )
+        target = await connection_check.target_of(
+            connection_fields(tracked.spec), self._serving.own_namespace, name, self._secrets
+        )
+        if isinstance(target, Result):
+            raise ConnectionNotReady(
+                "ConnectionNotReady",
+                f"ClusterNatsConnection {name!r} is not ready: {target.outcome.message}",
+            )
         return target
 
     async def _served(

@@ -15,9 +15,10 @@ from ..api.kinds import CLUSTER_NATS_CONNECTION
 from ..handlers import connection_check
 from ..handlers.connection_directory import connection_fields
 from ..handlers.registry import CLUSTER_SCOPE, spec_connection_key
-from ..handlers.results import Result, validation_message
+from ..handlers.results import Result, unavailable, validation_message
 from ..handlers.status_writes import status_patch
 from ..marks import RELEASE_ANNOTATION
+from ..nats.jsapi import JetStreamUnavailable
 from ..reconcile.conditions import Outcome
 from ..services import SharedMemo
 from .connection import check_connection, in_use, release_secrets, switch_connection
@@ -41,12 +42,29 @@ async def checked(
             "are: set POD_NAMESPACE (the chart does) or JETSTREAM_OPERATOR_OWN_NAMESPACE"
         )
         return Result(Outcome(False, "OperatorNamespaceUnknown", message, stalled=True))
+    if spec.get("systemAccount"):
+        return await _connected_as_system(memo, fields, name)
     result = await check_connection(
         memo, fields, CLUSTER_SCOPE, name, recheck=recheck, secrets_namespace=own_namespace
     )
     if result is not None:
         result.status["namespaces"] = memo.tenancy.usage((CLUSTER_SCOPE, name))
     return result
+
+
+async def _connected_as_system(memo: SharedMemo, fields: Mapping[str, Any], name: str) -> Result:
+    """A system-account connection works when it connects; nothing of JetStream is asked."""
+    target = await connection_check.target_of(
+        fields, memo.settings.own_namespace, name, memo.secrets
+    )
+    if isinstance(target, Result):
+        return target
+    try:
+        await memo.pool.connection(target)
+    except JetStreamUnavailable as error:
+        return unavailable(error)
+    message = "connected as a user of the system account; NatsAccounts reach the resolver here"
+    return Result(Outcome(True, "Connected", message))
 
 
 async def reconcile(call: KopfCall, old: Mapping[str, Any] | None) -> None:

@@ -82,12 +82,16 @@ class Unit:
 
     def reference(self) -> dict[str, Any]:
         """The object the pass's Events are about."""
-        owner = self.owner
-        return {
-            "apiVersion": API_VERSION,
-            "kind": self.kind.kind,
-            "metadata": {"namespace": owner.namespace, "name": owner.name, "uid": owner.uid},
-        }
+        return event_reference(self.kind, self.owner)
+
+
+def event_reference(kind: ResourceKind, owner: Owner) -> dict[str, Any]:
+    """What an Event names as its object ("" namespace: a cluster-scoped one)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind.kind,
+        "metadata": {"namespace": owner.namespace, "name": owner.name, "uid": owner.uid},
+    }
 
 
 def ready_as_is(status: Mapping[str, Any], generation: int | None) -> bool:

@@ -1,0 +1,345 @@
+"""The NatsAccount lifecycle: keys made once and kept in a Secret of the operator's namespace,
+the account's JWT signed with the operator's signing key and pushed to the resolver through a
+system-account connection, pushed again when the resolver's copy drifts, and users revoked in
+it. Deleting a NatsAccount leaves the account in NATS and keeps its keys: made again with the
+same name, it is the same account, with its streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from nats.errors import Error as NatsError
+from pydantic import ValidationError
+
+from ..api.account import NatsAccountSpec
+from ..api.kinds import NATS_ACCOUNT
+from ..handlers.connection_directory import ConnectionNotReady
+from ..handlers.registry import CLUSTER_SCOPE
+from ..handlers.results import Event, Result, validation_message
+from ..handlers.status_writes import status_patch
+from ..k8s.client import ApiError
+from ..k8s.secrets import SecretProblem
+from ..nats import jwt
+from ..reconcile.accounts import (
+    OPERATOR_CREDS_KEY,
+    OPERATOR_PUBLISH,
+    OPERATOR_SUBSCRIBE,
+    account_claims,
+    keys_secret_name,
+    same_account,
+)
+from ..reconcile.conditions import Outcome, now_rfc3339
+from ..services import SharedMemo
+from .envelope import event_reference
+from .from_kopf import KopfCall, run_kopf_work
+
+logger = logging.getLogger(__name__)
+
+CLAIMS_UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
+
+
+def claims_lookup(public_key: str) -> str:
+    return f"$SYS.REQ.ACCOUNT.{public_key}.CLAIMS.LOOKUP"
+
+
+@dataclass
+class AccountKeys:
+    """What the keys Secret holds: the account's seed, the seed of the key that signs its
+    users, the operator's own user, and the users revoked (public key -> revocation time)."""
+
+    account_seed: str
+    signing_seed: str
+    operator_creds: str
+    revocations: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def public_key(self) -> str:
+        return jwt.public_key(self.account_seed)
+
+    @property
+    def signing_key(self) -> str:
+        return jwt.public_key(self.signing_seed)
+
+    def values(self) -> dict[str, str]:
+        return {
+            "account.seed": self.account_seed,
+            "signing.seed": self.signing_seed,
+            OPERATOR_CREDS_KEY: self.operator_creds,
+            "revocations.json": json.dumps(self.revocations, sort_keys=True),
+        }
+
+    @classmethod
+    def of(cls, values: Mapping[str, str]) -> AccountKeys:
+        return cls(
+            values["account.seed"],
+            values["signing.seed"],
+            values[OPERATOR_CREDS_KEY],
+            {str(k): int(v) for k, v in json.loads(values.get("revocations.json") or "{}").items()},
+        )
+
+    @classmethod
+    def made(cls, name: str) -> AccountKeys:
+        account_seed, signing_seed = jwt.new_seed("account"), jwt.new_seed("account")
+        user_seed = jwt.new_seed("user")
+        token = jwt.encode(
+            jwt.public_key(user_seed),
+            f"jetstream-operator@{name}",
+            jwt.user_claims(
+                jwt.public_key(account_seed),
+                {"allow": OPERATOR_PUBLISH},
+                {"allow": OPERATOR_SUBSCRIBE},
+            ),
+            signing_seed,
+        )
+        return cls(account_seed, signing_seed, jwt.creds_file(token, user_seed))
+
+
+class AccountProblem(Exception):
+    """The account cannot be pushed now; `outcome` says why and whether retrying helps."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
+def _own_namespace(memo: SharedMemo) -> str:
+    namespace = memo.settings.own_namespace
+    if not namespace:
+        message = (
+            "the operator does not know its own namespace, where account keys are kept: set "
+            "POD_NAMESPACE (the chart does) or JETSTREAM_OPERATOR_OWN_NAMESPACE"
+        )
+        raise AccountProblem(Outcome(False, "OperatorNamespaceUnknown", message, stalled=True))
+    return namespace
+
+
+async def account_keys(memo: SharedMemo, name: str, *, make: bool) -> AccountKeys | None:
+    """The account's keys, made and stored on first use when `make`."""
+    namespace = _own_namespace(memo)
+    stored = await memo.owned_secrets.read(namespace, keys_secret_name(name))
+    if stored is not None:
+        return AccountKeys.of(stored)
+    if not make:
+        return None
+    keys = AccountKeys.made(name)
+    await store_keys(memo, name, keys)
+    return keys
+
+
+async def store_keys(memo: SharedMemo, name: str, keys: AccountKeys) -> None:
+    await memo.owned_secrets.apply(
+        _own_namespace(memo),
+        keys_secret_name(name),
+        keys.values(),
+        labels={"jetstream-operator.io/natsaccount": name},
+        connection_secret=True,  # a ClusterNatsConnection with spec.account reads operator.creds
+    )
+
+
+async def _signer(memo: SharedMemo, spec: NatsAccountSpec) -> str:
+    reference = spec.operator_signing_key
+    try:
+        values = await memo.secrets.values(_own_namespace(memo), reference.secret_name)
+    except SecretProblem as problem:
+        raise AccountProblem(Outcome(False, "SecretProblem", str(problem))) from None
+    seed = values.get(reference.key, b"").decode().strip()
+    try:
+        if jwt.role_of(jwt.public_key(seed)) != "operator":
+            raise ValueError
+    except ValueError:
+        message = (
+            f"key {reference.key!r} of Secret {reference.secret_name} holds no operator seed "
+            '("SO...")'
+        )
+        raise AccountProblem(Outcome(False, "InvalidSigningKey", message, stalled=True)) from None
+    return seed
+
+
+def _token(name: str, spec: NatsAccountSpec, keys: AccountKeys, signer: str) -> str:
+    claims = account_claims(spec, [keys.signing_key], keys.revocations)
+    return jwt.encode(keys.public_key, name, claims, signer)
+
+
+async def _system_request(memo: SharedMemo, spec: NatsAccountSpec, subject: str, data: str) -> str:
+    """A request to the servers' system account; Reconciling while it cannot be made."""
+    try:
+        target = await memo.directory.system_target(spec.system_connection_ref)
+        client = await memo.pool.connection(target)
+        answer = await client.request(
+            subject, data.encode(), timeout=memo.settings.nats_request_timeout
+        )
+    except ConnectionNotReady as error:
+        raise AccountProblem(Outcome(False, "ResolverUnreachable", str(error))) from None
+    except (NatsError, TimeoutError, OSError) as error:
+        message = f"the resolver did not answer through {spec.system_connection_ref}: {error!r}"
+        raise AccountProblem(Outcome(False, "ResolverUnreachable", message)) from None
+    return str(answer.data.decode())
+
+
+async def push(memo: SharedMemo, name: str, spec: NatsAccountSpec, keys: AccountKeys) -> str:
+    """Push the account's JWT; the resolver's answer, or AccountProblem with its refusal."""
+    token = _token(name, spec, keys, await _signer(memo, spec))
+    text = await _system_request(memo, spec, CLAIMS_UPDATE, token)
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = {"error": {"description": text[:200]}}
+    if (answer.get("data") or {}).get("code") == 200:
+        return str(answer["data"].get("message", "jwt updated"))
+    error = answer.get("error") or {}
+    message = f"the resolver refused the account: {error.get('description') or text[:200]}"
+    raise AccountProblem(Outcome(False, "ResolverRefused", message))
+
+
+async def drifted(memo: SharedMemo, name: str, spec: NatsAccountSpec, keys: AccountKeys) -> bool:
+    """Whether the resolver's copy differs from what we push (or is gone)."""
+    held = await _system_request(memo, spec, claims_lookup(keys.public_key), "")
+    try:
+        pushed = jwt.decode(held)
+    except jwt.InvalidToken:
+        return True
+    signer = await _signer(memo, spec)
+    wanted = jwt.decode(_token(name, spec, keys, signer), verify=False)
+    return not same_account(pushed, wanted)
+
+
+def lock_for(memo: SharedMemo, name: str) -> asyncio.Lock:
+    """One lock per account: its pass and its users' revocations change the same JWT."""
+    return memo.account_locks.setdefault(name, asyncio.Lock())
+
+
+async def checked(memo: SharedMemo, name: str, spec_body: Mapping[str, Any], force: bool) -> Result:
+    """Push the account when `force` or when the resolver's copy drifted; the status says
+    where it stands."""
+    try:
+        spec = NatsAccountSpec.model_validate(dict(spec_body))
+    except ValidationError as error:
+        return Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
+    events: list[Event] = []
+    try:
+        async with lock_for(memo, name):
+            keys = await account_keys(memo, name, make=True)
+            assert keys is not None
+            status: dict[str, Any] = {
+                "publicKey": keys.public_key,
+                "signingKey": keys.signing_key,
+                "keysSecret": keys_secret_name(name),
+                "revokedUsers": len(keys.revocations),
+            }
+            if force or await drifted(memo, name, spec, keys):
+                status["serverAnswer"] = await push(memo, name, spec, keys)
+                status["pushedAt"] = now_rfc3339()
+                if not force:
+                    message = (
+                        "the resolver's copy of the account differed or was gone: pushed again"
+                    )
+                    events.append(Event("Warning", "Repushed", message))
+    except AccountProblem as problem:
+        return Result(problem.outcome, retry=not problem.outcome.stalled)
+    except ApiError as error:
+        outcome = Outcome(False, "KeysUnavailable", f"the account's keys Secret: {error}")
+        return Result(outcome, retry=True)
+    message = f"account {keys.public_key} is in the resolver"
+    return Result(Outcome(True, "Pushed", message), status=status, events=events)
+
+
+async def revoke(memo: SharedMemo, account: str, public_keys: list[str]) -> Result | None:
+    """Revoke users in the account's JWT (connections with them are refused from then on);
+    None when the account is gone or was never made, so there is nothing to revoke in."""
+    tracked = memo.accounts.named(CLUSTER_SCOPE, account)
+    if tracked is None:
+        return None
+    spec = NatsAccountSpec.model_validate(dict(tracked.spec))
+    try:
+        async with lock_for(memo, account):
+            keys = await account_keys(memo, account, make=False)
+            if keys is None:
+                return None
+            now = int(time.time())
+            fresh = {key: now for key in public_keys if key not in keys.revocations}
+            if fresh:
+                keys.revocations.update(fresh)
+                await store_keys(memo, account, keys)
+            await push(memo, account, spec, keys)
+    except AccountProblem as problem:
+        return Result(problem.outcome, retry=True)
+    return Result(Outcome(True, "Revoked", f"revoked in account {account}"))
+
+
+async def reconcile(call: KopfCall, old: Mapping[str, Any] | None) -> None:
+    """Push the account as declared: at creation, every change, and every start."""
+    memo, name = call.memo, call.name
+    await run_kopf_work(
+        NATS_ACCOUNT, memo.accounts, lambda: checked(memo, name, call.spec, force=True), call
+    )
+
+
+async def recheck(
+    stopped: kopf.DaemonStopped, name: str | None, memo: SharedMemo, **_: Any
+) -> None:
+    """Look at the resolver's copy every connection check interval: pushed again where it
+    drifted, and a failed push retried. Nothing is written when nothing changed."""
+    while not stopped:
+        await stopped.wait(memo.settings.connection_check_interval)
+        if stopped:
+            return
+        tracked = memo.accounts.named(CLUSTER_SCOPE, name or "")
+        if tracked is None or tracked.deleting:
+            continue
+        ready = any(
+            item.get("type") == "Ready" and item.get("status") == "True"
+            for item in tracked.status.get("conditions") or []
+        )
+        result = await checked(memo, name or "", tracked.spec, force=not ready)
+        patch = status_patch(tracked, result, memo.budget)
+        if patch is not None:
+            await memo.writer.patch_status(NATS_ACCOUNT.plural, CLUSTER_SCOPE, name or "", patch)
+        for event in result.events:
+            memo.events.post(
+                event_reference(NATS_ACCOUNT, tracked.owner),
+                event.type,
+                event.reason,
+                event.message,
+            )
+
+
+async def finalize(call: KopfCall) -> None:
+    """Let go once no NatsUser or ClusterNatsConnection uses the account; the account stays in
+    NATS and its keys stay in their Secret."""
+    memo, name = call.memo, call.name
+
+    async def release() -> Result:
+        users = users_of(memo, name)
+        if users:
+            shown = ", ".join(users[:10])
+            message = f"NatsAccount {name} is still used by {shown}; delete them first"
+            return Result(Outcome(False, "InUse", message), retry=True)
+        message = (
+            f"NatsAccount {name} released; the account stays in NATS and its keys in Secret "
+            f"{keys_secret_name(name)}"
+        )
+        return Result(Outcome(True, "Deleted", message))
+
+    await run_kopf_work(NATS_ACCOUNT, memo.accounts, release, call, deleting=True)
+
+
+def users_of(memo: SharedMemo, name: str) -> list[str]:
+    """NatsUsers and ClusterNatsConnections naming the account."""
+    users = [
+        f"NatsUser {user.owner.namespace}/{user.owner.name}"
+        for user in memo.natsusers
+        if user.spec.get("accountRef") == name
+    ]
+    users += [
+        f"ClusterNatsConnection {connection.owner.name}"
+        for connection in memo.clusterconnections
+        if connection.spec.get("account") == name and not connection.deleting
+    ]
+    return sorted(users)

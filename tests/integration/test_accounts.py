@@ -1,0 +1,521 @@
+"""NatsAccount and NatsUser against a real nats-server in operator mode (full resolver, system
+account) and the real API server: the account is pushed and kept, streams are made inside it
+through a ClusterNatsConnection naming it, and real clients use the creds files NatsUsers
+get: what the user may do works, what it may not is refused by the server, a deleted user is
+refused at once, and a rotation leaves no gap."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from nats.aio.client import Client
+
+from jetstream_devtools.natsauth import OperatorKeys
+from jetstream_devtools.natsserver import NatsServer
+from jetstream_devtools.operator_process import OperatorProcess
+from jetstream_operator import GROUP, VERSION
+from jetstream_operator.marks import CONNECTION_SECRET_LABEL
+from jetstream_operator.nats import jwt
+from tests.support.natstools import account_info, jwtcheck
+from tests.support.operator import operator_variant
+
+from .helpers import Resources, condition, event_posted, eventually, json_body, refused_with
+
+pytestmark = [pytest.mark.integration]
+
+SEED = re.compile(r"S[OAU][A-Z2-7]{56}")
+"""An NKey seed, which no status, Event or log may show."""
+TEAM_LABEL = "jetstream-operator.io/test-account"
+SIGNING_SECRET = "nats-operator-signing-key"
+SYSTEM_SECRET = "nats-system-user"
+
+
+@dataclass(frozen=True)
+class AccountSystem:
+    """An operator-mode server, and the platform team's objects for one account on it."""
+
+    server: NatsServer
+    keys: OperatorKeys
+    own_namespace: str
+    account: str
+    connection: str
+
+
+def _cluster_api(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+def _create_cluster_object(api_client: client.ApiClient, plural: str, body: dict[str, Any]) -> None:
+    _cluster_api(api_client).create_cluster_custom_object(
+        GROUP, VERSION, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
+    )
+
+
+def _cluster_object(api_client: client.ApiClient, plural: str, name: str) -> dict[str, Any] | None:
+    try:
+        return json_body(
+            _cluster_api(api_client).get_cluster_custom_object(GROUP, VERSION, plural, name)
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _delete_cluster_object(api_client: client.ApiClient, plural: str, name: str) -> None:
+    with contextlib.suppress(ApiException):
+        _cluster_api(api_client).delete_cluster_custom_object(GROUP, VERSION, plural, name)
+
+
+def _secret(namespace: str, name: str, values: dict[str, str]) -> client.V1Secret:
+    return client.V1Secret(
+        metadata=client.V1ObjectMeta(
+            name=name, namespace=namespace, labels={CONNECTION_SECRET_LABEL: "true"}
+        ),
+        string_data=values,
+    )
+
+
+def account_spec(system: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "systemConnectionRef": system,
+        "operatorSigningKey": {"secretName": SIGNING_SECRET, "key": "seed"},
+        "namespaceSelector": {"matchLabels": {TEAM_LABEL: "yes"}},
+        "userSubjectPrefixes": ["{namespace}."],
+        "jetstream": {
+            "fileStorage": 10 * 1024 * 1024,
+            "memoryStorage": 1024 * 1024,
+            "streams": 2,
+            "consumers": 10,
+            "maxBytesRequired": True,
+        },
+        **spec,
+    }
+
+
+@pytest.fixture(scope="module")
+def account_system(
+    api_client: client.ApiClient,
+    operator_process: OperatorProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+    process_logs: dict[str, Path],
+) -> Iterator[AccountSystem]:
+    """A server in operator mode, the platform team's Secrets in the operator's namespace, a
+    system connection, a NatsAccount and a ClusterNatsConnection into it; the session's
+    operator runs knowing its namespace, rechecking every 2 s."""
+    keys = OperatorKeys.generate()
+    server = NatsServer(tmp_path_factory.mktemp("nats-op"), name="nats-op", operator_keys=keys)
+    process_logs["nats-operator-mode"] = server.log_file
+    server.start()
+    core = client.CoreV1Api(api_client)
+    own = "jso-accounts-system"
+    with contextlib.suppress(ApiException):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=own)))
+    for name, values in (
+        (SIGNING_SECRET, {"seed": keys.signing_seed}),
+        (SYSTEM_SECRET, {"user.creds": keys.system_creds()}),
+    ):
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_secret(name, own)
+        core.create_namespaced_secret(own, _secret(own, name, values))
+    system, account, connection = "acct-system", "team-accounts", "team-accounts-conn"
+    _create_cluster_object(
+        api_client,
+        "clusternatsconnections",
+        {
+            "kind": "ClusterNatsConnection",
+            "metadata": {"name": system},
+            "spec": {
+                "servers": [server.url],
+                "creds": {"secretName": SYSTEM_SECRET, "key": "user.creds"},
+                "allowPlaintext": True,
+                "systemAccount": True,
+            },
+        },
+    )
+    _create_cluster_object(
+        api_client,
+        "natsaccounts",
+        {"kind": "NatsAccount", "metadata": {"name": account}, "spec": account_spec(system)},
+    )
+    _create_cluster_object(
+        api_client,
+        "clusternatsconnections",
+        {
+            "kind": "ClusterNatsConnection",
+            "metadata": {"name": connection},
+            "spec": {
+                "servers": [server.url],
+                "account": account,
+                "allowPlaintext": True,
+                "namespaceSelector": {"matchLabels": {TEAM_LABEL: "yes"}},
+            },
+        },
+    )
+    try:
+        with operator_variant(
+            operator_process,
+            JETSTREAM_OPERATOR_OWN_NAMESPACE=own,
+            JETSTREAM_OPERATOR_CONNECTION_CHECK_INTERVAL="2",
+        ):
+            yield AccountSystem(server, keys, own, account, connection)
+            for name in (connection, system):
+                _delete_cluster_object(api_client, "clusternatsconnections", name)
+            _delete_cluster_object(api_client, "natsaccounts", account)
+    finally:
+        for plural, name in (
+            ("clusternatsconnections", connection),
+            ("clusternatsconnections", system),
+            ("natsaccounts", account),
+        ):
+            with contextlib.suppress(ApiException):
+                _cluster_api(api_client).patch_cluster_custom_object(
+                    GROUP, VERSION, plural, name, {"metadata": {"finalizers": None}}
+                )
+            _delete_cluster_object(api_client, plural, name)
+        server.stop()
+
+
+@pytest.fixture
+def team(api_client: client.ApiClient, namespace: str, account_system: AccountSystem) -> str:
+    """The test's namespace, served by the account."""
+    client.CoreV1Api(api_client).patch_namespace(
+        namespace, {"metadata": {"labels": {TEAM_LABEL: "yes"}}}
+    )
+    return namespace
+
+
+async def _ready(fetch: Any, timeout: float = 30.0) -> dict[str, Any]:
+    async def ready() -> dict[str, Any] | None:
+        resource = fetch()
+        return resource if condition(resource).get("status") == "True" else None
+
+    return dict(await eventually(ready, timeout=timeout))
+
+
+def _creds(api_client: client.ApiClient, namespace: str, name: str, path: Path) -> Path:
+    secret = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
+    path.write_text(base64.b64decode(secret.data["user.creds"]).decode())
+    return path
+
+
+@contextlib.asynccontextmanager
+async def connected(url: str, creds: Path, errors: list[str]) -> AsyncIterator[Client]:
+    async def record(error: Exception) -> None:
+        errors.append(str(error))
+
+    connection = await nats.connect(
+        url, user_credentials=str(creds), error_cb=record, allow_reconnect=False
+    )
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+def _orders_stream(team: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "kind": "Stream",
+        "metadata": {"name": "orders"},
+        "spec": {
+            "name": f"{team}-orders",
+            "subjects": [f"{team}.orders.>"],
+            "maxBytes": 1024 * 1024,
+            "clusterConnectionRef": "team-accounts-conn",
+            **spec,
+        },
+    }
+
+
+def _user(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "kind": "NatsUser",
+        "metadata": {"name": name},
+        "spec": {"accountRef": "team-accounts", **spec},
+    }
+
+
+async def test_the_account_is_pushed_and_a_user_gets_only_what_it_declared(
+    api_client: client.ApiClient,
+    account_system: AccountSystem,
+    team: str,
+    resources: Resources,
+    tmp_path: Path,
+) -> None:
+    account = await _ready(
+        lambda: _cluster_object(api_client, "natsaccounts", account_system.account)
+    )
+    assert account["status"]["publicKey"].startswith("A")
+    assert "jwt updated" in account["status"]["serverAnswer"]
+    assert not SEED.search(json.dumps(account["status"]))
+    resources.create("streams", _orders_stream(team))
+    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create(
+        "natsusers",
+        _user("shop", streams=[{"name": "orders", "access": "ReadWrite"}], publish=[f"{team}.x"]),
+    )
+    user = await _ready(lambda: resources.get("natsusers", "shop"))
+    assert user["status"]["account"] == account["status"]["publicKey"]
+    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "shop.creds")
+
+    errors: list[str] = []
+    async with connected(account_system.server.url, creds, errors) as nc:
+        js = nc.jetstream()
+        ack = await js.publish(f"{team}.orders.1", b"one")
+        assert ack.stream == f"{team}-orders"
+        reader = await js.subscribe(f"{team}.orders.>", ordered_consumer=True)
+        message = await reader.next_msg(timeout=5)
+        assert message.data == b"one"
+        await nc.publish("elsewhere.orders", b"nope")
+        await nc.flush()
+        await eventually(lambda: _async(any("permissions violation" in e for e in errors)))
+    assert any('"elsewhere.orders"' in error for error in errors), errors
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+async def test_tools_no_one_here_wrote_agree(
+    api_client: client.ApiClient,
+    account_system: AccountSystem,
+    team: str,
+    resources: Resources,
+    tmp_path: Path,
+) -> None:
+    """The Go JWT library validates the account's JWT as the resolver holds it and the user's
+    from its Secret, and the nats CLI, with the user's creds file, reads the account's limits."""
+    resources.create("streams", _orders_stream(team))
+    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create("natsusers", _user("reader", streams=[{"name": "orders", "access": "Read"}]))
+    user = await _ready(lambda: resources.get("natsusers", "reader"))
+    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "reader.creds")
+    account_key = user["status"]["account"]
+    errors: list[str] = []
+    system_creds = tmp_path / "system.creds"
+    system_creds.write_text(account_system.keys.system_creds())
+    async with connected(account_system.server.url, system_creds, errors) as nc:
+        lookup = f"$SYS.REQ.ACCOUNT.{account_key}.CLAIMS.LOOKUP"
+        account_token = (await nc.request(lookup, b"", timeout=5)).data.decode()
+    user_token = creds.read_text().split("-----\n")[1].split("\n")[0]
+    code, results = jwtcheck(account_token, user_token)
+    assert code == 0, results
+    assert [(result["type"], result["subject"]) for result in results] == [
+        ("account", account_key),
+        ("user", user["status"]["publicKey"]),
+    ]
+    assert results[0]["issuer"] == account_system.keys.signing_public
+    for result in results:
+        assert not [issue for issue in result["issues"] if issue["blocking"]], result
+    usage, limits, text = account_info(account_system.server.url, creds, tmp_path)
+    limit = dict(limits)
+    assert limit["Storage"].startswith("0 B of 10 MiB"), text
+    assert limit["Memory"].startswith("0 B of 1.0 MiB"), text
+    assert limit["Streams"] == "1 of 2", text
+    assert dict(usage)["Stream Requires Max Bytes Set"] == "true", text
+    assert dict(usage)["Streams"] == "1", text
+
+
+async def test_the_account_limits_are_the_servers(
+    account_system: AccountSystem, team: str, resources: Resources
+) -> None:
+    """The account allows two streams and 10 MiB on disk: a third stream, or one asking for
+    more, is refused by the server with its reason, and the others stay as they were."""
+    resources.create("streams", _orders_stream(team))
+    resources.create(
+        "streams",
+        _orders_stream(team, name=f"{team}-audit", subjects=[f"{team}.audit"])
+        | {"metadata": {"name": "audit"}},
+    )
+    await _ready(lambda: resources.get("streams", "orders"))
+    await _ready(lambda: resources.get("streams", "audit"))
+    resources.create(
+        "streams",
+        _orders_stream(team, name=f"{team}-third", subjects=[f"{team}.third"])
+        | {"metadata": {"name": "third"}},
+    )
+    third = condition(
+        await eventually(
+            lambda: _async(
+                (found := resources.get("streams", "third"))
+                and condition(found).get("status") == "False"
+                and found
+            )
+        )
+    )
+    assert "maximum number of streams" in third["message"].lower(), third
+    assert condition(resources.get("streams", "orders"))["status"] == "True"
+
+
+async def test_a_deleted_user_is_refused_at_once(
+    api_client: client.ApiClient,
+    account_system: AccountSystem,
+    team: str,
+    resources: Resources,
+    tmp_path: Path,
+) -> None:
+    resources.create("streams", _orders_stream(team))
+    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create("natsusers", _user("leaver", streams=[{"name": "orders"}]))
+    user = await _ready(lambda: resources.get("natsusers", "leaver"))
+    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "leaver.creds")
+    errors: list[str] = []
+    async with connected(account_system.server.url, creds, errors) as nc:
+        await nc.flush()
+    resources.delete("natsusers", "leaver")
+
+    async def refused() -> bool:
+        try:
+            async with connected(account_system.server.url, creds, errors):
+                return False
+        except Exception as error:
+            return "Authorization Violation" in str(error)
+
+    await eventually(refused, timeout=10)
+
+
+async def test_rotation_leaves_no_gap(
+    api_client: client.ApiClient,
+    account_system: AccountSystem,
+    team: str,
+    resources: Resources,
+    tmp_path: Path,
+) -> None:
+    """New credentials after the rotation period, the old ones valid until they expire: a
+    client publishing all along, reconnecting with the new Secret, is never refused."""
+    resources.create("streams", _orders_stream(team))
+    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create(
+        "natsusers",
+        _user(
+            "rotating",
+            streams=[{"name": "orders", "access": "Publish"}],
+            validFor="60s",
+            rotationPeriod="4s",
+        ),
+    )
+    first = await _ready(lambda: resources.get("natsusers", "rotating"))
+    secret = first["status"]["secretName"]
+    old_creds = _creds(api_client, team, secret, tmp_path / "old.creds")
+    errors: list[str] = []
+    acknowledged = 0
+    async with connected(account_system.server.url, old_creds, errors) as nc:
+        js = nc.jetstream()
+
+        async def rotated() -> dict[str, Any] | None:
+            nonlocal acknowledged
+            await js.publish(f"{team}.orders.during", b"x")
+            acknowledged += 1
+            found = resources.get("natsusers", "rotating")
+            status = (found or {}).get("status") or {}
+            return found if status.get("publicKey") != first["status"]["publicKey"] else None
+
+        second = await eventually(rotated, timeout=30, interval=0.2)
+    assert second["status"]["previous"]["publicKey"] == first["status"]["publicKey"]
+    await event_posted(api_client, team, "rotating", "Rotated")
+    new_creds = _creds(api_client, team, secret, tmp_path / "new.creds")
+    assert new_creds.read_text() != old_creds.read_text()
+    for creds in (old_creds, new_creds):  # both valid within the window
+        async with connected(account_system.server.url, creds, errors) as nc:
+            await nc.jetstream().publish(f"{team}.orders.after", b"y")
+    assert not errors, errors
+    assert acknowledged > 5
+
+
+async def test_an_account_removed_out_of_band_is_pushed_again(
+    api_client: client.ApiClient, account_system: AccountSystem
+) -> None:
+    account = await _ready(
+        lambda: _cluster_object(api_client, "natsaccounts", account_system.account)
+    )
+    public_key = account["status"]["publicKey"]
+    keys = account_system.keys
+    system_creds = Path(account_system.server.workdir) / "system-test.creds"
+    system_creds.write_text(keys.system_creds())
+    changed = jwt.encode(
+        public_key,
+        account_system.account,
+        {"type": "account", "limits": {"conn": 1}, "signing_keys": []},
+        keys.signing_seed,
+    )
+    lookup = f"$SYS.REQ.ACCOUNT.{public_key}.CLAIMS.LOOKUP"
+    errors: list[str] = []
+    async with connected(account_system.server.url, system_creds, errors) as nc:
+        answer = await nc.request("$SYS.REQ.CLAIMS.UPDATE", changed.encode(), timeout=5)
+        assert json.loads(answer.data)["data"]["code"] == 200
+
+        async def restored() -> bool:
+            held = jwt.decode((await nc.request(lookup, b"", timeout=5)).data.decode())
+            return bool(held["nats"].get("signing_keys"))
+
+        await eventually(restored, timeout=20)
+    await event_posted(api_client, "default", account_system.account, "Repushed", timeout=20)
+
+
+async def test_a_user_asking_beyond_its_account_is_refused_naming_the_subject(
+    account_system: AccountSystem, team: str, resources: Resources
+) -> None:
+    resources.create("natsusers", _user("greedy", subscribe=["other-team.secrets.>"]))
+    message = await refused_with(resources, "natsusers", "greedy", "SubjectNotAllowed")
+    assert "'other-team.secrets.>'" in message
+
+
+async def test_an_account_whose_resolver_cannot_be_reached_waits(
+    api_client: client.ApiClient, account_system: AccountSystem
+) -> None:
+    name = "unreachable-account"
+    _create_cluster_object(
+        api_client,
+        "natsaccounts",
+        {"kind": "NatsAccount", "metadata": {"name": name}, "spec": account_spec("no-such")},
+    )
+    try:
+
+        async def waiting() -> dict[str, Any] | None:
+            ready = condition(_cluster_object(api_client, "natsaccounts", name))
+            return ready if ready.get("reason") == "ResolverUnreachable" else None
+
+        ready = await eventually(waiting)
+        assert ready["status"] == "False"
+        reconciling = condition(_cluster_object(api_client, "natsaccounts", name), "Reconciling")
+        assert reconciling.get("status") == "True"
+        secret = client.CoreV1Api(api_client).read_namespaced_secret(
+            f"natsaccount-{name}", account_system.own_namespace
+        )
+        assert secret.data["account.seed"]  # kept: the account will be this one when pushed
+    finally:
+        _delete_cluster_object(api_client, "natsaccounts", name)
+        await asyncio.sleep(0)
+
+
+async def test_no_seed_reaches_the_log_status_or_events(
+    api_client: client.ApiClient,
+    account_system: AccountSystem,
+    team: str,
+    resources: Resources,
+    process_logs: dict[str, Path],
+) -> None:
+    """After a user is issued, rotated and revoked (this module's tests ran before), the
+    operator's log, the users' status and every Event hold public keys at most."""
+    resources.create("natsusers", _user("quiet", validFor="30s", rotationPeriod="2s"))
+    first = await _ready(lambda: resources.get("natsusers", "quiet"))
+    await event_posted(api_client, team, "quiet", "Rotated", timeout=20)
+    resources.delete("natsusers", "quiet")
+    await event_posted(api_client, team, "quiet", "Revoked", timeout=20)
+    assert first["status"]["publicKey"].startswith("U")
+    assert not SEED.search(json.dumps(first))
+    events = client.CoreV1Api(api_client).list_event_for_all_namespaces().items
+    assert not [event.message for event in events if SEED.search(event.message or "")]
+    assert not SEED.search(process_logs["operator"].read_text())
