@@ -11,6 +11,7 @@ import base64
 import contextlib
 import json
 import re
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,6 +327,76 @@ async def test_tools_no_one_here_wrote_agree(
     assert limit["Streams"] == "1 of 2", text
     assert dict(usage)["Stream Requires Max Bytes Set"] == "true", text
     assert dict(usage)["Streams"] == "1", text
+
+
+SPARK_JOB = """
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+from pyspark.sql import SparkSession
+from jetstream_spark import register
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .config("spark.pyspark.python", sys.executable)
+    .getOrCreate()
+)
+register(spark)
+servers, stream, creds = sys.argv[1:4]
+for method in ("consumer", "direct"):
+    rows = (
+        spark.read.format("jetstream")
+        .option("servers", servers)
+        .option("stream", stream)
+        .option("credsFile", creds)
+        .option("readMethod", method)
+        .load()
+        .select("subject", "data")
+        .collect()
+    )
+    print(method, "ROWS", sorted((row.subject, bytes(row.data).decode()) for row in rows))
+spark.stop()
+"""
+
+
+async def test_a_spark_job_reads_a_teams_stream_with_a_users_creds(
+    api_client: client.ApiClient,
+    account_system: AccountSystem,
+    team: str,
+    resources: Resources,
+    tmp_path: Path,
+) -> None:
+    """The jetstream data source, in a Spark job of its own, reads with the creds file of a
+    NatsUser allowed to read the stream, by pull consumer and by direct get."""
+    resources.create("streams", _orders_stream(team, allowDirect=True))
+    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create(
+        "natsusers", _user("analytics", streams=[{"name": "orders", "access": "ReadWrite"}])
+    )
+    user = await _ready(lambda: resources.get("natsusers", "analytics"))
+    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "analytics.creds")
+    errors: list[str] = []
+    async with connected(account_system.server.url, creds, errors) as nc:
+        for index in range(3):
+            await nc.jetstream().publish(f"{team}.orders.{index}", f"order-{index}".encode())
+    job = tmp_path / "read_orders.py"
+    job.write_text(SPARK_JOB)
+    expected = [(f"{team}.orders.{index}", f"order-{index}") for index in range(3)]
+    ran = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(job),
+        account_system.server.url,
+        f"{team}-orders",
+        str(creds),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(ran.communicate(), timeout=240)
+    assert ran.returncode == 0, err.decode()[-3000:]
+    for method in ("consumer", "direct"):
+        assert f"{method} ROWS {expected!r}" in out.decode(), out.decode()[-2000:]
 
 
 async def test_the_account_limits_are_the_servers(
