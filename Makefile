@@ -13,6 +13,7 @@ DEV_DIR ?= .dev
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
+	@echo "            (AUTH=jwt: NATS in operator mode, with examples/accounts/)"
 	@echo "make test   lint, unit and integration tests against real kube-apiserver and nats-server"
 	@echo "make test-systems  the image on a real kubelet node, Argo CD and a Spark cluster (CI runs both)"
 	@echo "make down   stop the local environment started by make run"
@@ -39,10 +40,17 @@ venv: $(STAMP)
 tools: venv
 	$(PY) -m jetstream_devtools.gobuild
 
+# AUTH=jwt: NATS in operator mode (the default connection a user of its default account), and
+# examples/accounts/ (a NatsAccount, a team's stream and NatsUser) applied too, with the dev
+# server's URL (docs/accounts.md).
+AUTH ?= none
 run: tools
-	@eval "$$($(CLI) dev up --state-dir $(DEV_DIR))" && \
+	@eval "$$($(CLI) dev up --state-dir $(DEV_DIR) --auth $(AUTH))" && \
 	  kubectl_bin="$$($(PY) -m jetstream_devtools.gobuild --path kubectl)" && \
 	  "$$kubectl_bin" apply -f examples/ && \
+	  if [ "$(AUTH)" = jwt ]; then for manifest in examples/accounts/*.yaml; do \
+	    sed "s|nats://127.0.0.1:4222|$$NATS_URL|" "$$manifest" | "$$kubectl_bin" apply -f - || exit 1; \
+	  done; fi && \
 	  echo && echo "Local environment is up. In another shell:" && \
 	  echo "  export KUBECONFIG=$$KUBECONFIG NATS_URL=$$NATS_URL" && \
 	  echo "  export PATH=$$(dirname $$kubectl_bin):\$$PATH" && \

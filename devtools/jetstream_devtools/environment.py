@@ -44,6 +44,7 @@ AUTH_MODES = ("none", "jwt")
 KEYS_FILE = "operator-keys.json"
 SIGNING_KEY_FILE = "operator-signing-key.seed"
 SYSTEM_CREDS_FILE = "system.creds"
+DEFAULT_CREDS_FILE = "default.creds"
 AUTH_NAMESPACE = "jetstream-operator-system"
 SIGNING_KEY_SECRET = "nats-operator-signing-key"
 SYSTEM_USER_SECRET = "nats-system-user"
@@ -79,6 +80,8 @@ class DevState:
         return {
             "NATS_SYSTEM_CREDS": self.state_dir / SYSTEM_CREDS_FILE,
             "NATS_OPERATOR_SIGNING_KEY": self.state_dir / SIGNING_KEY_FILE,
+            # The operator's default connection: a user of the default account.
+            "JETSTREAM_OPERATOR_NATS_CREDS_FILE": self.state_dir / DEFAULT_CREDS_FILE,
         }
 
     def to_json(self) -> str:
@@ -308,6 +311,8 @@ def auth_exports(state: DevState) -> list[str]:
     if not state.operator_files:
         return []
     lines = [f"export {name}={path}" for name, path in state.operator_files.items()]
+    # The operator run beside it finds the Secrets NatsAccounts name in its "own" namespace.
+    lines.append(f"export JETSTREAM_OPERATOR_OWN_NAMESPACE={AUTH_NAMESPACE}")
     lines.append(
         f"# Secrets in namespace {AUTH_NAMESPACE}: {SIGNING_KEY_SECRET} (key seed), "
         f"{SYSTEM_USER_SECRET} (key user.creds)"
@@ -323,6 +328,7 @@ def _new_keys(state_dir: Path) -> OperatorKeys:
     write_secret(state_dir / KEYS_FILE, keys.to_json())
     write_secret(state_dir / SIGNING_KEY_FILE, keys.signing_seed + "\n")
     write_secret(state_dir / SYSTEM_CREDS_FILE, keys.system_creds())
+    write_secret(state_dir / DEFAULT_CREDS_FILE, keys.default_creds())
     return keys
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,13 @@ from jetstream_operator.nats import jwt
 OPERATOR_NAME = "jetstream-operator-dev"
 SYSTEM_ACCOUNT_NAME = "SYS"
 SYSTEM_USER_NAME = "sys"
+DEFAULT_ACCOUNT_NAME = "DEFAULT"
+UNLIMITED_JETSTREAM: dict[str, Any] = {
+    "mem_storage": -1,
+    "disk_storage": -1,
+    "streams": -1,
+    "consumer": -1,
+}
 UNLIMITED_ACCOUNT_LIMITS: dict[str, Any] = {
     "subs": -1,
     "data": -1,
@@ -46,6 +53,10 @@ class OperatorKeys:
     signing_seed: str
     system_account_seed: str
     system_user_seed: str
+    default_account_seed: str = field(default_factory=lambda: jwt.new_seed("account"))
+    """An account with JetStream, preloaded like the system account: where the operator's
+    default connection works (`default_creds`), as resources without an account need."""
+    default_user_seed: str = field(default_factory=lambda: jwt.new_seed("user"))
 
     @classmethod
     def generate(cls) -> OperatorKeys:
@@ -67,6 +78,8 @@ class OperatorKeys:
             signing_seed=str(data["signing_seed"]),
             system_account_seed=str(data["system_account_seed"]),
             system_user_seed=str(data["system_user_seed"]),
+            default_account_seed=str(data.get("default_account_seed") or jwt.new_seed("account")),
+            default_user_seed=str(data.get("default_user_seed") or jwt.new_seed("user")),
         )
 
     @property
@@ -105,6 +118,26 @@ class OperatorKeys:
             self.system_user_public, SYSTEM_USER_NAME, claims, self.system_account_seed
         )
 
+    def default_account_jwt(self) -> str:
+        """The default account: no limits, JetStream included."""
+        claims = {
+            "limits": {**UNLIMITED_ACCOUNT_LIMITS, **UNLIMITED_JETSTREAM},
+            "signing_keys": [],
+            "type": "account",
+        }
+        public = jwt.public_key(self.default_account_seed)
+        return jwt.encode(public, DEFAULT_ACCOUNT_NAME, claims, self.signing_seed)
+
+    def default_creds(self) -> str:
+        """A user of the default account, for the operator's default connection."""
+        token = jwt.encode(
+            jwt.public_key(self.default_user_seed),
+            "jetstream-operator",
+            jwt.user_claims(None, {}, {}),
+            self.default_account_seed,
+        )
+        return jwt.creds_file(token, self.default_user_seed)
+
     def system_creds(self) -> str:
         """The system user's .creds text (nats-py `user_credentials`, `nats --creds`)."""
         return jwt.creds_file(self.system_user_jwt(), self.system_user_seed)
@@ -127,6 +160,8 @@ class OperatorKeys:
                 "}",
                 "resolver_preload {",
                 f"  {_quote(self.system_account_public)}: {_quote(self.system_account_jwt())}",
+                f"  {_quote(jwt.public_key(self.default_account_seed))}: "
+                f"{_quote(self.default_account_jwt())}",
                 "}",
             ]
         )

@@ -11,6 +11,7 @@ import base64
 import contextlib
 import json
 import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -32,12 +33,24 @@ from jetstream_operator.nats import jwt
 from tests.support.natstools import account_info, jwtcheck
 from tests.support.operator import operator_variant
 
-from .helpers import Resources, condition, event_posted, eventually, json_body, refused_with
+from .helpers import (
+    Resources,
+    condition,
+    empty_namespace,
+    event_posted,
+    eventually,
+    json_body,
+    refused_with,
+)
 
 pytestmark = [pytest.mark.integration]
 
 SEED = re.compile(r"S[OAU][A-Z2-7]{56}")
 """An NKey seed, which no status, Event or log may show."""
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "accounts"
+EXAMPLE_URL = "nats://127.0.0.1:4222"
+EXAMPLE_OWN_NAMESPACE = "jetstream-operator-system"
+"""Where `dev up --auth jwt` puts the signing key and system user Secrets, as here."""
 TEAM_LABEL = "jetstream-operator.io/test-account"
 SIGNING_SECRET = "nats-operator-signing-key"
 SYSTEM_SECRET = "nats-system-user"
@@ -121,7 +134,7 @@ def account_system(
     process_logs["nats-operator-mode"] = server.log_file
     server.start()
     core = client.CoreV1Api(api_client)
-    own = "jso-accounts-system"
+    own = EXAMPLE_OWN_NAMESPACE
     with contextlib.suppress(ApiException):
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=own)))
     for name, values in (
@@ -590,3 +603,48 @@ async def test_no_seed_reaches_the_log_status_or_events(
     events = client.CoreV1Api(api_client).list_event_for_all_namespaces().items
     assert not [event.message for event in events if SEED.search(event.message or "")]
     assert not SEED.search(process_logs["operator"].read_text())
+
+
+async def test_the_shipped_example_works(
+    api_client: client.ApiClient,
+    account_system: AccountSystem,
+    kubectl: Path,
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """examples/accounts, applied as `make run AUTH=jwt` applies it (the server's URL put in):
+    the account, the team's stream and consumer and its user all become Ready, and the
+    application's creds publish and pull."""
+    manifests = "\n---\n".join(
+        path.read_text().replace(EXAMPLE_URL, account_system.server.url)
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+    )
+    command = [str(kubectl), "--kubeconfig", str(kubeconfig), "apply", "-f", "-"]
+    applied = subprocess.run(
+        command, input=manifests, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert applied.returncode == 0, applied.stderr
+    team = Resources(api_client, "team-a")
+    try:
+        await _ready(lambda: _cluster_object(api_client, "natsaccounts", "team-a"))
+        for plural, name in (("streams", "orders"), ("consumers", "orders-worker")):
+            await _ready(lambda plural=plural, name=name: team.get(plural, name))
+        user = await _ready(lambda: team.get("natsusers", "orders-app"))
+        creds = _creds(api_client, "team-a", user["status"]["secretName"], tmp_path / "app.creds")
+        errors: list[str] = []
+        async with connected(account_system.server.url, creds, errors) as nc:
+            js = nc.jetstream()
+            await js.publish("team-a.orders.1", b"first")
+            worker = await js.pull_subscribe_bind("orders-worker", "team-a-orders")
+            [message] = await worker.fetch(1, timeout=5)
+            await message.ack()
+            assert message.data == b"first"
+        assert not errors, errors
+    finally:
+        empty_namespace(api_client, "team-a")
+        for plural, name in (
+            ("clusternatsconnections", "team-a"),
+            ("natsaccounts", "team-a"),
+            ("clusternatsconnections", "nats-system"),
+        ):
+            _delete_cluster_object(api_client, plural, name)

@@ -8,10 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from jetstream_devtools.natsauth import UNLIMITED_ACCOUNT_LIMITS
+from jetstream_devtools.natsauth import UNLIMITED_ACCOUNT_LIMITS, UNLIMITED_JETSTREAM
 from jetstream_operator.nats import jwt
-
-UNLIMITED_JETSTREAM = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
 
 
 @dataclass(frozen=True)
