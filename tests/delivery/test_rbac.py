@@ -373,7 +373,45 @@ def _only_its_finalizer_on_secrets(
     secret = client.CoreV1Api(admin).read_namespaced_secret(name, namespace)
     assert secret.data == {"token": "dA=="}
     assert secret.metadata is not None and not secret.metadata.finalizers
+    # Labelling someone's Secret as one of its own does not make it the operator's.
+    own_labels = {
+        "app.kubernetes.io/managed-by": "jetstream-operator",
+        "jetstream-operator.io/natsuser": "app",
+    }
+    try:
+        core.patch_namespaced_secret(name, namespace, {"metadata": {"labels": own_labels}})
+        raise AssertionError("the operator took over a Secret by labelling it")
+    except client.ApiException as error:
+        assert error.status == 403, error
     client.CoreV1Api(admin).delete_namespaced_secret(name, namespace)
+    _writes_only_the_secrets_it_makes(core, namespace, own_labels)
+
+
+def _writes_only_the_secrets_it_makes(
+    core: client.CoreV1Api, namespace: str, own_labels: dict[str, str]
+) -> None:
+    """A NatsUser's creds file, labelled as the operator's from its creation, may be created
+    and rewritten; a Secret without those labels may not be created."""
+    try:
+        core.create_namespaced_secret(
+            namespace,
+            client.V1Secret(metadata=client.V1ObjectMeta(name="plain"), string_data={"a": "b"}),
+        )
+        raise AssertionError("the operator created a Secret not labelled as its own")
+    except client.ApiException as error:
+        assert error.status == 403, error
+    made = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="app-nats-creds", labels=own_labels),
+        string_data={"user.creds": "one"},
+    )
+    core.create_namespaced_secret(namespace, made)
+    core.patch_namespaced_secret("app-nats-creds", namespace, {"stringData": {"user.creds": "two"}})
+    without = {"metadata": {"labels": {"jetstream-operator.io/natsuser": None}}}
+    try:
+        core.patch_namespaced_secret("app-nats-creds", namespace, without)
+        raise AssertionError("the operator unlabelled its Secret")
+    except client.ApiException as error:
+        assert error.status == 403, error
 
 
 def _aggregation_runs(api: client.ApiClient) -> bool:
