@@ -518,9 +518,12 @@ async def test_rotation_leaves_no_gap(
     assert acknowledged > 5
 
 
-async def test_an_account_removed_out_of_band_is_pushed_again(
+async def test_an_account_changed_or_removed_out_of_band_is_pushed_again(
     api_client: client.ApiClient, account_system: AccountSystem
 ) -> None:
+    """Someone pushes other claims for the account (with the signing key), then deletes it
+    from the resolver (with the operator key, as nsc would): each time the declared account is
+    back within a few connection checks."""
     account = await _ready(
         lambda: _cluster_object(api_client, "natsaccounts", account_system.account)
     )
@@ -534,17 +537,28 @@ async def test_an_account_removed_out_of_band_is_pushed_again(
         {"type": "account", "limits": {"conn": 1}, "signing_keys": []},
         keys.signing_seed,
     )
+    removal = jwt.encode(
+        keys.operator_public,
+        "delete",
+        {"accounts": [public_key], "type": "generic"},
+        keys.operator_seed,
+    )
     lookup = f"$SYS.REQ.ACCOUNT.{public_key}.CLAIMS.LOOKUP"
     errors: list[str] = []
     async with connected(account_system.server.url, system_creds, errors) as nc:
-        answer = await nc.request("$SYS.REQ.CLAIMS.UPDATE", changed.encode(), timeout=5)
-        assert json.loads(answer.data)["data"]["code"] == 200
 
         async def restored() -> bool:
-            held = jwt.decode((await nc.request(lookup, b"", timeout=5)).data.decode())
-            return bool(held["nats"].get("signing_keys"))
+            held = (await nc.request(lookup, b"", timeout=5)).data.decode()
+            return bool(held) and bool(jwt.decode(held)["nats"].get("signing_keys"))
 
-        await eventually(restored, timeout=20)
+        for subject, request in (
+            ("$SYS.REQ.CLAIMS.UPDATE", changed),
+            ("$SYS.REQ.CLAIMS.DELETE", removal),
+        ):
+            answer = json.loads((await nc.request(subject, request.encode(), timeout=5)).data)
+            assert answer["data"]["code"] == 200, answer
+            assert not await restored()
+            await eventually(restored, timeout=20)
     await event_posted(api_client, "default", account_system.account, "Repushed", timeout=20)
 
 
