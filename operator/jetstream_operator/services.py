@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .k8s.throttle import RequestLimit
     from .k8s.watch import NamespaceWatches
     from .nats.pool import ConnectionPool
+    from .passes.account_keys import AccountKeys
     from .settings import OperatorSettings
     from .triggers.watchers import WatcherSet
 
@@ -52,6 +53,10 @@ class SharedMemo(kopf.Memo):
     accounts: ResourceRegistry
     natsusers: ResourceRegistry
     account_locks: dict[str, asyncio.Lock]
+    account_keys: dict[str, AccountKeys]
+    account_signers: dict[str, str]
+    """The operator signing key (public) of each NatsAccount's last push."""
+    """Each NatsAccount's keys as last read or written (the operator is their only writer)."""
     """One per NatsAccount: its pass and its users' revocations change the same JWT."""
     owned_secrets: OwnedSecrets
     """ClusterNatsConnections, under the namespace "" (handlers/registry.CLUSTER_SCOPE)."""

@@ -119,6 +119,8 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
     memo.accounts = ResourceRegistry()
     memo.natsusers = ResourceRegistry()
     memo.account_locks = {}
+    memo.account_keys = {}
+    memo.account_signers = {}
     # Its own session: the namespaces' watch holds a connection. Started now, so that a
     # stream's sharedWithSelector knows the namespaces' labels by the first passes.
     memo.namespace_labels = NamespaceLabels(KubeApi(lambda: credentials(settings), connections=0))

@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
+from jetstream_devtools.figures import scrape
 from jetstream_devtools.natsauth import OperatorKeys
 from jetstream_devtools.natsserver import NatsServer
 from jetstream_devtools.operator_process import OperatorProcess
@@ -33,6 +35,7 @@ from jetstream_operator.nats import jwt
 from tests.support.natstools import account_info, jwtcheck
 from tests.support.operator import operator_variant
 
+from .figures import difference
 from .helpers import (
     Resources,
     condition,
@@ -662,3 +665,49 @@ async def test_the_shipped_example_works(
             ("clusternatsconnections", "nats-system"),
         ):
             _delete_cluster_object(api_client, plural, name)
+
+
+def _requests(plane: Any) -> Counter[str]:
+    """Requests the API server served so far for Secrets and the two kinds, by verb and
+    resource (its own apiserver_request_total)."""
+    counted: Counter[str] = Counter()
+    for sample in scrape(f"{plane.url}/metrics", plane.ssl_context()):
+        resource = sample.labels.get("resource")
+        if sample.name == "apiserver_request_total" and resource in QUIET_RESOURCES:
+            where = (
+                f"{resource}/{sample.labels['subresource']}"
+                if sample.labels.get("subresource")
+                else str(resource)
+            )
+            counted[f"{sample.labels.get('verb')} {where}"] += int(sample.value)
+    return counted
+
+
+QUIET_RESOURCES = ("secrets", "natsusers", "natsaccounts", "events")
+
+
+async def test_settled_accounts_and_users_cost_no_kubernetes_request(
+    account_system: AccountSystem,
+    team: str,
+    resources: Resources,
+    control_plane: Any,
+) -> None:
+    """Over three recheck intervals (2 s here) of a Ready NatsAccount and NatsUser, the API
+    server serves nothing for them: no status written, no Event, no Secret read but the two
+    ClusterNatsConnections' own rechecks (one read each per interval: rotated credentials are
+    noticed so, docs/connections.md)."""
+    resources.create("streams", _orders_stream(team))
+    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create("natsusers", _user("settled", streams=[{"name": "orders"}]))
+    await _ready(lambda: resources.get("natsusers", "settled"))
+    await asyncio.sleep(2.5)  # the Ready write and its Event are behind us
+    before = _requests(control_plane)
+    await asyncio.sleep(6.5)
+    after = _requests(control_plane)
+    changed = difference(after, before)
+    reads = changed.pop("GET secrets", 0)
+    # kube-controller-manager's garbage collector looks up the owner of the user's Secret;
+    # the operator never GETs these kinds (its watch streams them).
+    changed.pop("GET natsusers", None)
+    assert changed == {}
+    assert reads <= 2 * 4, reads  # two connections, at most four rechecks each in 6.5 s

@@ -105,6 +105,7 @@ class ConnectionDirectory:
         self._changed = changed
         self._follow = follow
         self._targets: dict[tuple[str, str], ConnectionTarget] = {}
+        self._system_targets: dict[str, tuple[dict[str, Any], ConnectionTarget]] = {}
 
     def known(self) -> dict[ConnectionKey, ConnectionTarget]:
         known: dict[ConnectionKey, ConnectionTarget] = {None: self.default}
@@ -188,6 +189,9 @@ class ConnectionDirectory:
             raise ConnectionNotReady(
                 "ConnectionNotFound", f"ClusterNatsConnection {name!r} does not exist"
             )
+        known = self._system_targets.get(name)
+        if known is not None and known[0] == tracked.spec:
+            return known[1]
         target = await connection_check.target_of(
             connection_fields(tracked.spec), self._serving.own_namespace, name, self._secrets
         )
@@ -196,7 +200,13 @@ class ConnectionDirectory:
                 "ConnectionNotReady",
                 f"ClusterNatsConnection {name!r} is not ready: {target.outcome.message}",
             )
+        self._system_targets[name] = (dict(tracked.spec), target)
         return target
+
+    def forget_system_target(self, name: str) -> None:
+        """Read the system connection's Secrets again next time (a request through it failed:
+        its credentials may have been rotated)."""
+        self._system_targets.pop(name, None)
 
     async def _served(
         self, what: str, namespace: str, selector: LabelSelector | None, hint: str

@@ -11,7 +11,6 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -28,15 +27,13 @@ from ..k8s.client import ApiError
 from ..k8s.secrets import SecretProblem
 from ..nats import jwt
 from ..reconcile.accounts import (
-    OPERATOR_CREDS_KEY,
-    OPERATOR_PUBLISH,
-    OPERATOR_SUBSCRIBE,
     account_claims,
     keys_secret_name,
     same_account,
 )
 from ..reconcile.conditions import Outcome, now_rfc3339
 from ..services import SharedMemo
+from .account_keys import AccountKeys
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
 
@@ -47,58 +44,6 @@ CLAIMS_UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
 
 def claims_lookup(public_key: str) -> str:
     return f"$SYS.REQ.ACCOUNT.{public_key}.CLAIMS.LOOKUP"
-
-
-@dataclass
-class AccountKeys:
-    """What the keys Secret holds: the account's seed, the seed of the key that signs its
-    users, the operator's own user, and the users revoked (public key -> revocation time)."""
-
-    account_seed: str
-    signing_seed: str
-    operator_creds: str
-    revocations: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def public_key(self) -> str:
-        return jwt.public_key(self.account_seed)
-
-    @property
-    def signing_key(self) -> str:
-        return jwt.public_key(self.signing_seed)
-
-    def values(self) -> dict[str, str]:
-        return {
-            "account.seed": self.account_seed,
-            "signing.seed": self.signing_seed,
-            OPERATOR_CREDS_KEY: self.operator_creds,
-            "revocations.json": json.dumps(self.revocations, sort_keys=True),
-        }
-
-    @classmethod
-    def of(cls, values: Mapping[str, str]) -> AccountKeys:
-        return cls(
-            values["account.seed"],
-            values["signing.seed"],
-            values[OPERATOR_CREDS_KEY],
-            {str(k): int(v) for k, v in json.loads(values.get("revocations.json") or "{}").items()},
-        )
-
-    @classmethod
-    def made(cls, name: str) -> AccountKeys:
-        account_seed, signing_seed = jwt.new_seed("account"), jwt.new_seed("account")
-        user_seed = jwt.new_seed("user")
-        token = jwt.encode(
-            jwt.public_key(user_seed),
-            f"jetstream-operator@{name}",
-            jwt.user_claims(
-                jwt.public_key(account_seed),
-                {"allow": OPERATOR_PUBLISH},
-                {"allow": OPERATOR_SUBSCRIBE},
-            ),
-            signing_seed,
-        )
-        return cls(account_seed, signing_seed, jwt.creds_file(token, user_seed))
 
 
 class AccountProblem(Exception):
@@ -121,11 +66,17 @@ def _own_namespace(memo: SharedMemo) -> str:
 
 
 async def account_keys(memo: SharedMemo, name: str, *, make: bool) -> AccountKeys | None:
-    """The account's keys, made and stored on first use when `make`."""
+    """The account's keys, made and stored on first use when `make`. Read from their Secret
+    once per process: the operator is the only writer, so its users' rechecks and the
+    account's own cost no request."""
+    known = memo.account_keys.get(name)
+    if known is not None:
+        return known
     namespace = _own_namespace(memo)
     stored = await memo.owned_secrets.read(namespace, keys_secret_name(name))
     if stored is not None:
-        return AccountKeys.of(stored)
+        keys = memo.account_keys[name] = AccountKeys.of(stored)
+        return keys
     if not make:
         return None
     keys = AccountKeys.made(name)
@@ -141,6 +92,7 @@ async def store_keys(memo: SharedMemo, name: str, keys: AccountKeys) -> None:
         labels={"jetstream-operator.io/natsaccount": name},
         connection_secret=True,  # a ClusterNatsConnection with spec.account reads operator.creds
     )
+    memo.account_keys[name] = keys
 
 
 async def _signer(memo: SharedMemo, spec: NatsAccountSpec) -> str:
@@ -178,6 +130,7 @@ async def _system_request(memo: SharedMemo, spec: NatsAccountSpec, subject: str,
     except ConnectionNotReady as error:
         raise AccountProblem(Outcome(False, "ResolverUnreachable", str(error))) from None
     except (NatsError, TimeoutError, OSError) as error:
+        memo.directory.forget_system_target(spec.system_connection_ref)
         message = f"the resolver did not answer through {spec.system_connection_ref}: {error!r}"
         raise AccountProblem(Outcome(False, "ResolverUnreachable", message)) from None
     return str(answer.data.decode())
@@ -185,8 +138,10 @@ async def _system_request(memo: SharedMemo, spec: NatsAccountSpec, subject: str,
 
 async def push(memo: SharedMemo, name: str, spec: NatsAccountSpec, keys: AccountKeys) -> str:
     """Push the account's JWT; the resolver's answer, or AccountProblem with its refusal."""
-    token = _token(name, spec, keys, await _signer(memo, spec))
+    signer = await _signer(memo, spec)
+    token = _token(name, spec, keys, signer)
     text = await _system_request(memo, spec, CLAIMS_UPDATE, token)
+    memo.account_signers[name] = jwt.public_key(signer)
     try:
         answer = json.loads(text)
     except ValueError:
@@ -199,14 +154,24 @@ async def push(memo: SharedMemo, name: str, spec: NatsAccountSpec, keys: Account
 
 
 async def drifted(memo: SharedMemo, name: str, spec: NatsAccountSpec, keys: AccountKeys) -> bool:
-    """Whether the resolver's copy differs from what we push (or is gone)."""
+    """Whether the resolver's copy differs from what we push (or is gone). The signer is the
+    one of our last push (read once after a start), so a settled account reads no Secret."""
     held = await _system_request(memo, spec, claims_lookup(keys.public_key), "")
     try:
         pushed = jwt.decode(held)
     except jwt.InvalidToken:
         return True
-    signer = await _signer(memo, spec)
-    wanted = jwt.decode(_token(name, spec, keys, signer), verify=False)
+    signer = memo.account_signers.get(name)
+    if signer is None:
+        signer = memo.account_signers[name] = jwt.public_key(await _signer(memo, spec))
+    wanted = {
+        "sub": keys.public_key,
+        "iss": signer,
+        "nats": {
+            **account_claims(spec, [keys.signing_key], keys.revocations),
+            "version": jwt.CLAIMS_VERSION,
+        },
+    }
     return not same_account(pushed, wanted)
 
 
@@ -265,8 +230,14 @@ async def revoke(memo: SharedMemo, account: str, public_keys: list[str]) -> Resu
             now = int(time.time())
             fresh = {key: now for key in public_keys if key not in keys.revocations}
             if fresh:
-                keys.revocations.update(fresh)
-                await store_keys(memo, account, keys)
+                revoking = AccountKeys(
+                    keys.account_seed,
+                    keys.signing_seed,
+                    keys.operator_creds,
+                    {**keys.revocations, **fresh},
+                )
+                await store_keys(memo, account, revoking)
+                keys = revoking
             await push(memo, account, spec, keys)
     except AccountProblem as problem:
         return Result(problem.outcome, retry=True)
@@ -274,10 +245,13 @@ async def revoke(memo: SharedMemo, account: str, public_keys: list[str]) -> Resu
 
 
 async def reconcile(call: KopfCall, old: Mapping[str, Any] | None) -> None:
-    """Push the account as declared: at creation, every change, and every start."""
+    """Push the account as declared: at creation and every change; at a start where it
+    drifted."""
     memo, name = call.memo, call.name
+    # At a restart the resolver's copy is compared first: nothing is pushed that is there.
+    force = call.reason != kopf.Reason.RESUME
     await run_kopf_work(
-        NATS_ACCOUNT, memo.accounts, lambda: checked(memo, name, call.spec, force=True), call
+        NATS_ACCOUNT, memo.accounts, lambda: checked(memo, name, call.spec, force=force), call
     )
 
 

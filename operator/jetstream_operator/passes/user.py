@@ -33,6 +33,7 @@ from ..reconcile.accounts import (
 from ..reconcile.conditions import Outcome
 from ..services import SharedMemo
 from . import account
+from .account_keys import AccountKeys
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
 
@@ -198,7 +199,7 @@ async def _issue(
     name: str,
     uid: str,
     spec: NatsUserSpec,
-    keys: account.AccountKeys,
+    keys: AccountKeys,
     permissions: Permissions,
     status: Mapping[str, Any],
     now: int,

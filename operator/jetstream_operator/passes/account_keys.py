@@ -1,0 +1,62 @@
+"""A NatsAccount's keys as its Secret holds them: made once, then only revocations change."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..nats import jwt
+from ..reconcile.accounts import OPERATOR_CREDS_KEY, OPERATOR_PUBLISH, OPERATOR_SUBSCRIBE
+
+
+@dataclass
+class AccountKeys:
+    """What the keys Secret holds: the account's seed, the seed of the key that signs its
+    users, the operator's own user, and the users revoked (public key -> revocation time)."""
+
+    account_seed: str
+    signing_seed: str
+    operator_creds: str
+    revocations: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def public_key(self) -> str:
+        return jwt.public_key(self.account_seed)
+
+    @property
+    def signing_key(self) -> str:
+        return jwt.public_key(self.signing_seed)
+
+    def values(self) -> dict[str, str]:
+        return {
+            "account.seed": self.account_seed,
+            "signing.seed": self.signing_seed,
+            OPERATOR_CREDS_KEY: self.operator_creds,
+            "revocations.json": json.dumps(self.revocations, sort_keys=True),
+        }
+
+    @classmethod
+    def of(cls, values: Mapping[str, str]) -> AccountKeys:
+        return cls(
+            values["account.seed"],
+            values["signing.seed"],
+            values[OPERATOR_CREDS_KEY],
+            {str(k): int(v) for k, v in json.loads(values.get("revocations.json") or "{}").items()},
+        )
+
+    @classmethod
+    def made(cls, name: str) -> AccountKeys:
+        account_seed, signing_seed = jwt.new_seed("account"), jwt.new_seed("account")
+        user_seed = jwt.new_seed("user")
+        token = jwt.encode(
+            jwt.public_key(user_seed),
+            f"jetstream-operator@{name}",
+            jwt.user_claims(
+                jwt.public_key(account_seed),
+                {"allow": OPERATOR_PUBLISH},
+                {"allow": OPERATOR_SUBSCRIBE},
+            ),
+            signing_seed,
+        )
+        return cls(account_seed, signing_seed, jwt.creds_file(token, user_seed))
