@@ -18,21 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import GROUP, VERSION
+from .api.kinds import ALL_KINDS
 from .export.account import client_login
 from .k8s.client import ApiError, KubeApi
 from .reasons import explain
 
 KINDS = {
-    "stream": "streams",
-    "streams": "streams",
-    "keyvalue": "keyvalues",
-    "keyvalues": "keyvalues",
-    "objectstore": "objectstores",
-    "objectstores": "objectstores",
-    "consumer": "consumers",
-    "consumers": "consumers",
-    "natsconnection": "natsconnections",
-    "natsconnections": "natsconnections",
+    name: kind.plural
+    for kind in ALL_KINDS
+    if kind.scope == "Namespaced"
+    for name in (kind.singular, kind.plural)
 }
 """What `why` accepts before the slash, kubectl's way (singular or plural, any case)."""
 
