@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from .k8s.status import EventPoster, ResourceWriter
     from .k8s.throttle import RequestLimit
     from .k8s.watch import NamespaceWatches
+    from .nats.account_keys import AccountKeys
     from .nats.pool import ConnectionPool
-    from .passes.account_keys import AccountKeys
     from .settings import OperatorSettings
     from .triggers.watchers import WatcherSet
 

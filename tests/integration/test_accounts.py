@@ -224,6 +224,7 @@ async def _ready(fetch: Any, timeout: float = 30.0) -> dict[str, Any]:
 
 def _creds(api_client: client.ApiClient, namespace: str, name: str, path: Path) -> Path:
     secret = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
+    assert secret.data is not None
     path.write_text(base64.b64decode(secret.data["user.creds"]).decode())
     return path
 
@@ -595,6 +596,7 @@ async def test_an_account_whose_resolver_cannot_be_reached_waits(
         secret = client.CoreV1Api(api_client).read_namespaced_secret(
             f"natsaccount-{name}", account_system.own_namespace
         )
+        assert secret.data is not None
         assert secret.data["account.seed"]  # kept: the account will be this one when pushed
     finally:
         _delete_cluster_object(api_client, "natsaccounts", name)

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 from ..api.cluster_connection import ClusterNatsConnectionSpec
 from ..api.selector import LabelSelector
 from ..k8s.secrets import SecretReader
+from ..nats.account_keys import OPERATOR_CREDS_KEY, keys_secret_name
 from ..nats.jsapi import JetStreamUnavailable
 from ..nats.pool import ConnectionPool, ConnectionTarget
-from ..reconcile.accounts import OPERATOR_CREDS_KEY, keys_secret_name
 from . import connection_check
 from .registry import CLUSTER_SCOPE, ConnectionKey, ResourceRegistry
 from .results import Result

@@ -26,14 +26,10 @@ from ..handlers.status_writes import status_patch
 from ..k8s.client import ApiError
 from ..k8s.secrets import SecretProblem
 from ..nats import jwt
-from ..reconcile.accounts import (
-    account_claims,
-    keys_secret_name,
-    same_account,
-)
+from ..nats.account_keys import AccountKeys, keys_secret_name
+from ..reconcile.accounts import account_claims, same_account
 from ..reconcile.conditions import Outcome, now_rfc3339
 from ..services import SharedMemo
-from .account_keys import AccountKeys
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
 

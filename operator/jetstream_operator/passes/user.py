@@ -22,6 +22,7 @@ from ..handlers.status_writes import status_patch
 from ..k8s.client import ApiError
 from ..k8s.owned_secrets import NotOurs, owner_reference
 from ..nats import jwt
+from ..nats.account_keys import AccountKeys
 from ..reconcile.accounts import (
     ConsumerTarget,
     Permissions,
@@ -33,7 +34,6 @@ from ..reconcile.accounts import (
 from ..reconcile.conditions import Outcome
 from ..services import SharedMemo
 from . import account
-from .account_keys import AccountKeys
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
 

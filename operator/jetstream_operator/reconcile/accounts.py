@@ -21,20 +21,6 @@ INBOX = "_INBOX.>"
 """Where replies of requests (JetStream API answers, acks of publishes) and the messages of
 consumers a client makes for itself arrive: the clients' default inbox prefix."""
 
-OPERATOR_CREDS_KEY = "operator.creds"
-"""The key of an account's keys Secret holding the operator's own user of the account."""
-
-
-def keys_secret_name(account: str) -> str:
-    """The Secret in the operator's namespace with a NatsAccount's keys."""
-    return f"natsaccount-{account}"
-
-
-OPERATOR_PUBLISH = [f"{API}.>"]
-OPERATOR_SUBSCRIBE = [INBOX, "$JS.EVENT.>"]
-"""The operator's own user of each account: the JetStream API and its advisories, nothing of
-the applications' subjects."""
-
 
 def _jetstream_limits(limits: JetStreamLimits) -> dict[str, Any]:
     return {

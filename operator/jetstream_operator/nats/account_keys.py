@@ -6,8 +6,21 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..nats import jwt
-from ..reconcile.accounts import OPERATOR_CREDS_KEY, OPERATOR_PUBLISH, OPERATOR_SUBSCRIBE
+from . import jwt
+
+OPERATOR_CREDS_KEY = "operator.creds"
+"""The key of an account's keys Secret holding the operator's own user of the account."""
+
+
+def keys_secret_name(account: str) -> str:
+    """The Secret in the operator's namespace with a NatsAccount's keys."""
+    return f"natsaccount-{account}"
+
+
+OPERATOR_PUBLISH = ["$JS.API.>"]
+OPERATOR_SUBSCRIBE = ["_INBOX.>", "$JS.EVENT.>"]
+"""The operator's own user of each account: the JetStream API and its advisories, nothing of
+the applications' subjects."""
 
 
 @dataclass
