@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from jetstream_devtools.crds import (
     BINDING_KIND,
+    POLICY_KIND,
     apply_policies,
     stream_policy_in_effect,
     wait_policies_in_effect,
@@ -318,3 +319,19 @@ async def refused_with(
         return str(ready.get("message")) if ready.get("reason") == reason else None
 
     return await eventually(shown, timeout=timeout)
+
+
+def patch_spec_past_admission(
+    resources: Resources, plural: str, name: str, patch: dict[str, Any]
+) -> None:
+    """Patch the spec; the policies leave the API server's caches a moment after their
+    bindings, so a refusal by a policy is tried again for a few seconds."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            resources.patch_spec(plural, name, patch)
+            return
+        except ApiException as error:
+            if POLICY_KIND not in str(error.body) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

@@ -30,6 +30,7 @@ from jetstream_devtools.natsauth import OperatorKeys
 from jetstream_devtools.natsserver import NatsServer
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP, VERSION
+from jetstream_operator.api.kinds import NATS_USER
 from jetstream_operator.marks import CONNECTION_SECRET_LABEL
 from jetstream_operator.nats import jwt
 from tests.support.natstools import account_info, jwtcheck
@@ -43,6 +44,8 @@ from .helpers import (
     event_posted,
     eventually,
     json_body,
+    patch_spec_past_admission,
+    policies_out_of_effect,
     refused_with,
 )
 
@@ -713,3 +716,22 @@ async def test_settled_accounts_and_users_cost_no_kubernetes_request(
     changed.pop("GET natsusers", None)
     assert changed == {}
     assert reads <= 2 * 4, reads  # two connections, at most four rechecks each in 6.5 s
+
+
+async def test_a_users_account_cannot_change(
+    api_client: client.ApiClient, account_system: AccountSystem, team: str, resources: Resources
+) -> None:
+    """Admission refuses moving a NatsUser to another account; where the policy is missing,
+    the operator refuses it too (ImmutableFieldChanged) and issues nothing anew."""
+    resources.create("natsusers", _user("mover"))
+    issued = await _ready(lambda: resources.get("natsusers", "mover"))
+    with pytest.raises(ApiException) as refused:
+        resources.patch_spec("natsusers", "mover", {"accountRef": "other-team"})
+    assert "spec.accountRef is immutable" in str(refused.value.body)
+    with policies_out_of_effect(api_client, [NATS_USER]):
+        patch_spec_past_admission(resources, "natsusers", "mover", {"accountRef": "other-team"})
+        message = await refused_with(resources, "natsusers", "mover", "ImmutableFieldChanged")
+    assert "'team-accounts'" in message
+    after = resources.get("natsusers", "mover")
+    assert after is not None
+    assert after["status"]["publicKey"] == issued["status"]["publicKey"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -54,15 +55,42 @@ def cases_of(rule: TransitionRule) -> list[Case]:
     return [case for case in CASES if case.kind == rule.kind and case.rule in rule.message]
 
 
+COVERED_ELSEWHERE = {
+    ("NatsUser", "spec.accountRef is immutable"): (
+        "test_accounts.py",
+        "test_a_users_account_cannot_change",
+        {"accountRef"},
+    ),
+}
+"""Rules of kinds the stream-holding harness of test_transitions_without_policies.py cannot
+make (a NatsUser needs NATS in operator mode): the test that changes the field with and without
+the policy, and the fields it changes."""
+
+
+def covered_elsewhere(rule: TransitionRule) -> set[str] | None:
+    """The fields the other test changes, when it exists; None when the rule has none."""
+    for (kind, message), (module, test, fields) in COVERED_ELSEWHERE.items():
+        if kind == rule.kind.kind and message in rule.message:
+            source = (Path(__file__).parent / module).read_text()
+            assert f"def {test}(" in source, f"{module} has no {test}"
+            return fields
+    return None
+
+
 def test_every_transition_rule_has_a_case() -> None:
     """A transition rule added later fails here until it has a case; so does a field a rule
     guards (the consumer's fields that cannot change are one rule) that no case changes."""
     rules = transition_rules()
     assert len(rules) >= 20, rules
-    missing = [f"{r.kind.kind} {r.path}: {r.message}" for r in rules if not cases_of(r)]
+    missing = [
+        f"{r.kind.kind} {r.path}: {r.message}"
+        for r in rules
+        if not cases_of(r) and covered_elsewhere(r) is None
+    ]
     assert not missing, "transition rules without a case:\n" + "\n".join(missing)
     for rule in rules:
         changed = {key for case in cases_of(rule) for key in case.update}
+        changed |= covered_elsewhere(rule) or set()
         unchanged = rule.guarded_fields() - changed
         assert not unchanged, f"{rule.kind.kind}: no case changes {unchanged} ({rule.message})"
     for case in CASES:

@@ -29,10 +29,8 @@ from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from nats.aio.client import Client
 
-from jetstream_devtools.crds import POLICY_KIND
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.kinds import (
@@ -46,7 +44,15 @@ from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.operator import operator_variant
 
 from .figures import ApiAudit, apiserver_writes, difference
-from .helpers import Resources, condition, fill, json_body, policies_out_of_effect, warnings
+from .helpers import (
+    Resources,
+    condition,
+    fill,
+    json_body,
+    patch_spec_past_admission,
+    policies_out_of_effect,
+    warnings,
+)
 from .transition_cases import CASES, READY, SERVER_REJECTED, Case, written
 
 pytestmark = pytest.mark.integration
@@ -248,22 +254,6 @@ def listing(resources: Resources, kinds: list[ResourceKind]) -> dict[str, dict[s
         for kind in kinds
         for name, item in listed(resources, kind).items()
     }
-
-
-def patch_spec_past_admission(
-    resources: Resources, plural: str, name: str, patch: dict[str, Any]
-) -> None:
-    """Patch the spec; the policies leave the API server's caches a moment after their
-    bindings, so a refusal by a policy is tried again for a few seconds."""
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            resources.patch_spec(plural, name, patch)
-            return
-        except ApiException as error:
-            if POLICY_KIND not in str(error.body) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def jetstream_writes(subjects: list[str], target: Managed) -> int:

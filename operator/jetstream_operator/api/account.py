@@ -230,6 +230,8 @@ class NatsUserStatus(OperatorStatus):
 
     public_key: PublicKey | None = None
     account: PublicKey | None = None
+    account_ref: str | None = None
+    """The NatsAccount the credentials were issued in (spec.accountRef cannot move them)."""
     secret_name: str | None = None
     issued_at: str | None = None
     expires_at: str | None = None

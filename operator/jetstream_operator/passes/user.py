@@ -41,6 +41,7 @@ CREDS_KEY = "user.creds"
 USER_STATUS_FIELDS = (
     "publicKey",
     "account",
+    "accountRef",
     "secretName",
     "issuedAt",
     "expiresAt",
@@ -157,6 +158,14 @@ async def issued(
         spec = NatsUserSpec.model_validate(dict(spec_body))
     except ValidationError as error:
         return Result(Outcome(False, "InvalidSpec", validation_message(error), stalled=True))
+    issued_in = status.get("accountRef")
+    if issued_in and issued_in != spec.account_ref:
+        message = (
+            f"spec.accountRef changed from {issued_in!r}: the credentials in Secret "
+            f"{status.get('secretName')} belong to that account; set it back, or make a new "
+            "NatsUser for the other account"
+        )
+        return Result(Outcome(False, "ImmutableFieldChanged", message, stalled=True))
     try:
         await _account_of(memo, namespace, spec)
         permissions = resolved_permissions(memo, namespace, spec)
@@ -239,6 +248,7 @@ async def _issue(
     new_status: dict[str, Any] = {
         "publicKey": jwt.public_key(seed),
         "account": keys.public_key,
+        "accountRef": spec.account_ref,
         "secretName": secret_name,
         "issuedAt": _rfc3339(now),
         "expiresAt": _rfc3339(expires_at) if expires_at is not None else None,
