@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -137,12 +138,51 @@ ReadyCounts = Callable[[], Iterable[tuple[str, str, int]]]
 ConnectionStates = Callable[[], Iterable[tuple[str, bool]]]
 
 
-class StateCollector(Collector):
-    """Managed resources by Ready state, and connection health, read at scrape time."""
+@dataclass(frozen=True)
+class Series:
+    """One sample of a per-resource metric."""
 
-    def __init__(self, ready_counts: ReadyCounts, connections: ConnectionStates) -> None:
+    metric: str
+    labels: tuple[str, ...]
+    value: float
+
+
+STREAM_LABELS = ("namespace", "name", "kind", "stream")
+CONSUMER_LABELS = ("namespace", "name", "stream", "consumer")
+READY_LABELS = ("namespace", "name", "kind", "reason")
+
+
+def families(series: Iterable[Series]) -> Iterator[tuple[str, tuple[str, ...], list[Series]]]:
+    """The series grouped by metric, with each metric's label names."""
+    grouped: dict[str, list[Series]] = {}
+    for item in series:
+        grouped.setdefault(item.metric, []).append(item)
+    for metric, items in grouped.items():
+        if metric.startswith("jetstream_operator_consumer_"):
+            names = CONSUMER_LABELS
+        elif metric == "jetstream_operator_resource_ready":
+            names = READY_LABELS
+        else:
+            names = STREAM_LABELS
+        yield metric, names, items
+
+
+ResourceSeries = Callable[[], tuple[list[Series], int]]
+
+
+class StateCollector(Collector):
+    """Managed resources by Ready state, connection health and the opted-in resources' own
+    series, read at scrape time."""
+
+    def __init__(
+        self,
+        ready_counts: ReadyCounts,
+        connections: ConnectionStates,
+        resource_series: ResourceSeries | None = None,
+    ) -> None:
         self._ready_counts = ready_counts
         self._connections = connections
+        self._resource_series = resource_series
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         resources = GaugeMetricFamily(
@@ -161,6 +201,35 @@ class StateCollector(Collector):
         for label, up in self._connections():
             connections.add_metric([label], 1.0 if up else 0.0)
         yield connections
+        if self._resource_series is None:
+            return
+        series, omitted = self._resource_series()
+        for metric, names, items in families(series):
+            family = GaugeMetricFamily(metric, RESOURCE_HELP.get(metric, metric), labels=names)
+            for item in items:
+                family.add_metric(list(item.labels), item.value)
+            yield family
+        yield GaugeMetricFamily(
+            "jetstream_operator_resource_metrics_omitted",
+            "Opted-in resources without series of their own, past "
+            "JETSTREAM_OPERATOR_RESOURCE_METRICS_LIMIT.",
+            value=omitted,
+        )
+
+
+RESOURCE_HELP = {
+    "jetstream_operator_resource_ready": "1 when the resource is Ready, with its Ready reason.",
+    "jetstream_operator_stream_messages": "Messages in the stream, as the last look saw them.",
+    "jetstream_operator_stream_bytes": "Bytes in the stream, as the last look saw them.",
+    "jetstream_operator_stream_fill_ratio": (
+        "The fuller of bytes against spec.maxBytes and messages against spec.maxMsgs."
+    ),
+    "jetstream_operator_stream_replicas_current": "Replicas up to date (clustered streams).",
+    "jetstream_operator_stream_replicas_lagging": "Replicas behind the leader.",
+    "jetstream_operator_consumer_pending": "Messages not yet delivered to the consumer (lag).",
+    "jetstream_operator_consumer_ack_pending": "Messages delivered and not yet acknowledged.",
+    "jetstream_operator_consumer_redelivered": "Messages delivered more than once.",
+}
 
 
 REPAIR_REASONS = frozenset({"DriftRepaired", "Recreated"})

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .handlers.failures import FailureMemories
     from .handlers.pacing import Pace
     from .handlers.registry import ResourceRegistry
+    from .handlers.resource_figures import LiveFigures
     from .handlers.status_writes import StatusBudget
     from .handlers.tenancy_gate import TenancyGate
     from .k8s.client import KubeApi
@@ -64,6 +65,8 @@ class SharedMemo(kopf.Memo):
     """Every namespace's labels, for the connections' namespace selectors."""
     tenancy: TenancyGate
     """What each connection's tenancy allows the namespaces it serves."""
+    figures: LiveFigures
+    """The latest figures of resources with metrics of their own."""
     arrivals: StreamArrivals
     resume_pace: Pace
     failures: FailureMemories

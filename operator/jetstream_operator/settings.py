@@ -128,6 +128,10 @@ class OperatorSettings(BaseSettings):
     """Serve Prometheus metrics on this port; off when unset."""
     metrics_address: str = "0.0.0.0"
     """Address the metrics server binds: all interfaces in a pod; 127.0.0.1 on a workstation."""
+    resource_metrics_limit: int = Field(default=10_000, ge=0)
+    """The most resources with series of their own (those labelled, or in a namespace labelled,
+    jetstream-operator.io/metrics=true); the rest are counted in
+    jetstream_operator_resource_metrics_omitted."""
     log_format: Literal["text", "json"] = "text"
     """Log lines as text, or as one JSON object per line for log pipelines."""
     connection_check_interval: float = Field(default=10.0, gt=0)

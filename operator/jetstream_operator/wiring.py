@@ -20,6 +20,7 @@ from .handlers.connection_directory import ConnectionDirectory, Serving
 from .handlers.failures import FailureMemories, FailureMemory
 from .handlers.pacing import Pace
 from .handlers.registry import ConnectionKey, ResourceRegistry, ready_counts
+from .handlers.resource_figures import LiveFigures, resource_series
 from .handlers.status_writes import StatusBudget
 from .handlers.tenancy_gate import TenancyGate, tenancy_by_connection
 from .k8s.client import KubeApi
@@ -131,6 +132,7 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
         memo.consumers,
         memo.namespace_labels.known,
     )
+    memo.figures = LiveFigures(memo.namespace_labels.known)
     memo.arrivals = StreamArrivals()
     memo.resume_pace = Pace(RESUME_RATE)
     memo.natsconnections = ResourceRegistry()
@@ -225,6 +227,7 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
             budget=budget,
             explained=memo.explained.get,
             gate=memo.tenancy,
+            figures=memo.figures,
         )
 
     memo.watchers = WatcherSet(make_watcher)
@@ -253,6 +256,15 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
                     (target.label, memo.pool.is_connected(target))
                     for target in memo.directory.known().values()
                 ],
+                lambda: resource_series(
+                    (
+                        (kind, resource)
+                        for kind in (*memo.backed, CONSUMER.kind)
+                        for resource in (registries[kind])
+                    ),
+                    memo.figures,
+                    operator_settings.resource_metrics_limit,
+                ),
             ),
             operator_settings.metrics_address,
         )
@@ -288,6 +300,7 @@ def observe(memo: SharedMemo, registry: ResourceRegistry, event: kopf.RawEvent) 
     if tracked is not None:
         memo.watchers.observed(tracked)  # a consumer may wait for this stream's first status
     if event.get("type") == "DELETED":
+        memo.figures.forget(uid)
         memo.failures.forget(uid)
         memo.budget.forget(uid)
         memo.explained.pop(uid, None)

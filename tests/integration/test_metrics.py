@@ -13,6 +13,7 @@ from nats.aio.client import Client
 from jetstream_devtools import figures
 from jetstream_devtools.operator_process import OperatorProcess
 from jetstream_devtools.paths import free_port
+from jetstream_operator.marks import METRICS_LABEL
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.support.operator import operator_variant
 
@@ -29,6 +30,21 @@ def metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
         JETSTREAM_OPERATOR_METRICS_PORT=str(port),
         JETSTREAM_OPERATOR_METRICS_ADDRESS="127.0.0.1",
         JETSTREAM_OPERATOR_LOG_FORMAT="json",
+    ):
+        yield f"http://127.0.0.1:{port}/metrics"
+
+
+@pytest.fixture
+def slow_sweep_metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
+    """Metrics on, and consumers listed at production pace (300 s while read, 4 h idle): only
+    measured streams' consumers are listed on every 2 s resync."""
+    port = free_port()
+    with operator_variant(
+        operator_process,
+        JETSTREAM_OPERATOR_METRICS_PORT=str(port),
+        JETSTREAM_OPERATOR_METRICS_ADDRESS="127.0.0.1",
+        JETSTREAM_OPERATOR_CONSUMER_RESYNC_INTERVAL="300",
+        JETSTREAM_OPERATOR_CONSUMER_IDLE_RESYNC_INTERVAL="14400",
     ):
         yield f"http://127.0.0.1:{port}/metrics"
 
@@ -190,3 +206,67 @@ async def test_writes_yield_to_a_burst_of_deletions(
         return all([await jetstream.stream_info(f"{prefix}_{name}") is None for name in names])
 
     await eventually(gone_from_nats, timeout=30)
+
+
+async def test_opted_in_resources_have_series_of_their_own(
+    slow_sweep_metrics_url: str,
+    resources: Resources,
+    nc: Client,
+    namespace: str,
+    api_client: client.ApiClient,
+) -> None:
+    """A namespace labelled for metrics: its stream's messages and its consumer's lag follow
+    publishing and reading by a client within a few passes, without any status write being
+    waited for; a resource labelled "false" has none; the rest are counted, not shown."""
+    client.CoreV1Api(api_client).patch_namespace(
+        namespace, {"metadata": {"labels": {METRICS_LABEL: "true"}}}
+    )
+    stream = namespace.replace("-", "_").upper()
+    resources.create(
+        "streams",
+        stream_manifest("orders", stream, subjects=[f"{stream}.>"], maxMsgs=100),
+    )
+    quiet = stream_manifest("quiet", f"{stream}_QUIET", subjects=[f"{stream}_QUIET.>"])
+    quiet["metadata"]["labels"] = {METRICS_LABEL: "false"}
+    resources.create("streams", quiet)
+    resources.create(
+        "consumers",
+        {
+            "kind": "Consumer",
+            "metadata": {"name": "worker"},
+            "spec": {"streamRef": "orders", "durableName": "worker"},
+        },
+    )
+
+    async def ready() -> bool:
+        return is_ready(resources.get("consumers", "worker"))
+
+    await eventually(ready)
+    js = nc.jetstream()
+    for index in range(5):
+        await js.publish(f"{stream}.{index}", b"x")
+    consumer = {"namespace": namespace, "name": "worker", "stream": stream, "consumer": "worker"}
+    orders = {"namespace": namespace, "name": "orders", "kind": "Stream", "stream": stream}
+
+    def of(name: str, labels: dict[str, str]) -> float | None:
+        found = [
+            sample.value
+            for sample in figures.scrape(slow_sweep_metrics_url, timeout=5)
+            if sample.name == name and sample.labels == labels
+        ]
+        return found[0] if found else None
+
+    async def shown(name: str, labels: dict[str, str], wanted: float) -> bool:
+        return of(name, labels) == wanted
+
+    await eventually(lambda: shown("jetstream_operator_consumer_pending", consumer, 5), timeout=30)
+    await eventually(lambda: shown("jetstream_operator_stream_fill_ratio", orders, 0.05))
+    assert of("jetstream_operator_stream_messages", orders) == 5
+    samples = scrape(slow_sweep_metrics_url)
+    assert not [name for name in samples if 'name="quiet"' in name]
+    assert samples["jetstream_operator_resource_metrics_omitted"] == 0
+    reader = await js.pull_subscribe_bind("worker", stream)
+    for message in await reader.fetch(5, timeout=5):
+        await message.ack()
+    # Drained without a new message: the sweep lists measured streams' consumers every pass.
+    await eventually(lambda: shown("jetstream_operator_consumer_pending", consumer, 0), timeout=30)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import GROUP
+from ..marks import METRICS_LABEL
 from ..memory import shared
 from ..reconcile.backed import StreamBackedKind
 from ..reconcile.ownership import Owner
@@ -83,6 +84,9 @@ def slim_body(body: Mapping[str, Any]) -> dict[str, Any]:
     }
     if annotations:
         kept_metadata["annotations"] = annotations
+    labels = metadata.get("labels") or {}
+    if METRICS_LABEL in labels:  # the only label read: whether the resource has metrics
+        kept_metadata["labels"] = {METRICS_LABEL: labels[METRICS_LABEL]}
     status = {
         key: value for key, value in (body.get("status") or {}).items() if key not in DROPPED_STATUS
     }

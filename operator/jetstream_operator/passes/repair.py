@@ -14,6 +14,7 @@ from typing import Any
 from ..api.kinds import CONSUMER, ResourceKind
 from ..handlers.failures import FailureMemory
 from ..handlers.registry import ConnectionKey, ResourceRegistry, TrackedResource, connection_key
+from ..handlers.resource_figures import LiveFigures
 from ..handlers.results import Result
 from ..handlers.status_writes import StatusBudget, status_patch
 from ..handlers.tenancy_gate import TenancyGate
@@ -73,9 +74,12 @@ class Repairer:
         budget: StatusBudget | None,
         explained: Callable[[str], str | None] | None,
         gate: TenancyGate | None = None,
+        figures: LiveFigures | None = None,
     ) -> None:
-        """`explained`: see `DriftWatcher`; `gate`: the connections' tenancy."""
+        """`explained`: see `DriftWatcher`; `gate`: the connections' tenancy; `figures`: where
+        every look's figures go, before the status budget holds any back."""
         self._gate = gate
+        self._figures = figures
         self.backed = dict(backed)
         self.streams = self.backed[STREAM_KIND]
         self.consumers = consumers
@@ -174,6 +178,8 @@ class Repairer:
             return await driver.repair(unit, jetstream, seen, read_only=self._read_only)
 
         async def written(result: Result) -> None:
+            if self._figures is not None:
+                self._figures.record(resource, result.status)
             patch = status_patch(resource, result, self._budget)
             if patch is not None:
                 await self._write(kind, resource, patch)

@@ -106,7 +106,14 @@ class ConsumerSweep:
         the status budget): keep the stream active, so it is looked at again until written."""
         self._active.add(stream)
 
-    def choose(self, infos: Mapping[str, Mapping[str, Any]], streams: Iterable[str]) -> set[str]:
+    def choose(
+        self,
+        infos: Mapping[str, Mapping[str, Any]],
+        streams: Iterable[str],
+        always: Iterable[str] = (),
+    ) -> set[str]:
+        """The streams to list now; `always` on every pass (consumers with metrics of their
+        own, whose lag must stay fresh), whatever the rotations say."""
         ordered = sorted(set(streams))
         if self._everything:
             self._everything = False
@@ -127,6 +134,7 @@ class ConsumerSweep:
                         self._active.add(name)
             chosen.update(self._active_rotation.take([n for n in ordered if n in self._active]))
             chosen.update(self._idle_rotation.take([n for n in ordered if n not in self._active]))
+        chosen.update(name for name in always if name in infos and name in ordered)
         for name in chosen:
             self._marks[name] = stream_mark(infos[name])
         for gone in set(self._marks) - set(ordered):

@@ -33,6 +33,7 @@ from ..handlers.registry import (
     consumers_of,
     declaring,
 )
+from ..handlers.resource_figures import LiveFigures
 from ..handlers.status_writes import StatusBudget
 from ..handlers.tenancy_gate import TenancyGate
 from ..k8s.status import EventSink, ResourceWriter
@@ -78,10 +79,13 @@ class DriftWatcher:
         budget: StatusBudget | None = None,
         explained: Callable[[str], str | None] | None = None,
         gate: TenancyGate | None = None,
+        figures: LiveFigures | None = None,
     ) -> None:
         """`explained` gives, by a Consumer's uid, why its streamRef finds no Stream, as the
         Consumer's own handler last found out (an API read): a pass here keeps that message
-        instead of writing the plain one over it, and asks nothing."""
+        instead of writing the plain one over it, and asks nothing. `figures` keeps the
+        opted-in resources' latest figures for their metrics, and has their consumers listed
+        on every pass."""
         self._failures = failures if failures is not None else FailureMemory()
         self._repairer = Repairer(
             backed,
@@ -95,7 +99,9 @@ class DriftWatcher:
             budget=budget,
             explained=explained,
             gate=gate,
+            figures=figures,
         )
+        self._figures = figures
         self._backed = self._repairer.backed
         self._streams = self._repairer.streams
         self._consumers = consumers
@@ -353,7 +359,13 @@ class DriftWatcher:
                 await self._repairer.repair(CONSUMER, resource, jetstream, None)
             else:
                 by_stream.setdefault(stream, []).append(resource)
-        for stream in self._sweep.choose(infos, by_stream):
+        figures = self._figures
+        measured = {
+            stream
+            for stream, resources in by_stream.items()
+            if figures is not None and any(figures.wanted(resource) for resource in resources)
+        }
+        for stream in self._sweep.choose(infos, by_stream, always=measured):
             # The sweep is a request per stream (hundreds at thousands of streams): what the
             # advisories announced meanwhile is repaired first, not after the whole sweep.
             if self._pending_streams or self._pending_consumers:
