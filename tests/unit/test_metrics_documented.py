@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from jetstream_operator.metrics import REGISTRY, StateCollector
+from jetstream_operator.metrics import REGISTRY, RESOURCE_HELP, Series, StateCollector
 
 DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
 
@@ -17,7 +17,14 @@ def served_names() -> set[str]:
     a histogram is named by its family)."""
     names = set()
     state = CollectorRegistry()
-    state.register(StateCollector(lambda: [("Stream", "True", 1)], lambda: [("default", True)]))
+    every_resource_series = [Series(name, ("ns", "a", "b", "c"), 1.0) for name in RESOURCE_HELP]
+    state.register(
+        StateCollector(
+            lambda: [("Stream", "True", 1)],
+            lambda: [("default", True)],
+            lambda: (every_resource_series, 0),
+        )
+    )
     for registry in (REGISTRY, state):
         for family in registry.collect():
             names.add(f"{family.name}_total" if family.type == "counter" else family.name)
