@@ -44,6 +44,9 @@ operator-mode server holds (`nats account info` with a user's .creds)."""
 JWTCHECK_VERSION = "jwt-v2.8.2-r1"
 """jwtcheck: github.com/nats-io/jwt/v2 (the version natscli v0.5.0 requires) decoding and
 validating our JWTs. Bump the -rN suffix when its main.go changes: binaries are cached by it."""
+PROMTOOL_VERSION = "prometheus-v0.316.0"
+"""promtool from the Prometheus module (v0.316.0, Prometheus 3), which checks and unit-tests the
+chart's alerting rules."""
 # Commands of the k8s.io/kubernetes module, all built from `gotools/kube` at one version.
 _KUBE_COMMANDS = (
     "kube-apiserver",
@@ -105,6 +108,9 @@ TOOLS: dict[str, GoTool] = {
         (f"-X main.version={NATSCLI_VERSION}",),
     ),
     "jwtcheck": GoTool("jwtcheck", "jwtcheck", ".", JWTCHECK_VERSION),
+    "promtool": GoTool(
+        "promtool", "promtool", "github.com/prometheus/prometheus/cmd/promtool", PROMTOOL_VERSION
+    ),
     "helm": GoTool(
         "helm",
         "helm",

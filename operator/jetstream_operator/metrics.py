@@ -229,6 +229,7 @@ RESOURCE_HELP = {
     "jetstream_operator_consumer_pending": "Messages not yet delivered to the consumer (lag).",
     "jetstream_operator_consumer_ack_pending": "Messages delivered and not yet acknowledged.",
     "jetstream_operator_consumer_redelivered": "Messages delivered more than once.",
+    "jetstream_operator_consumer_max_ack_pending": "The consumer's spec.maxAckPending, where set.",
 }
 
 

@@ -121,7 +121,7 @@ def consumer_series(resource: TrackedResource, figures: Mapping[str, Any]) -> li
         str(figures.get("streamName") or resource.spec.get("streamName") or ""),
         str(figures.get("consumerName") or resource.spec.get("durableName") or ""),
     )
-    return [
+    found = [
         Series(f"jetstream_operator_consumer_{metric}", labels, float(figures[field]))
         for metric, field in (
             ("pending", "numPending"),
@@ -130,6 +130,10 @@ def consumer_series(resource: TrackedResource, figures: Mapping[str, Any]) -> li
         )
         if isinstance(figures.get(field), int)
     ]
+    most = resource.spec.get("maxAckPending")
+    if isinstance(most, int) and most > 0:
+        found.append(Series("jetstream_operator_consumer_max_ack_pending", labels, float(most)))
+    return found
 
 
 def resource_series(
