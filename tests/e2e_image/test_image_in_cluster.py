@@ -20,10 +20,12 @@ import nats
 import pytest
 from kubernetes import client
 
+from jetstream_devtools.figures import parse_metrics
 from jetstream_devtools.gobuild import ensure_tools
 from jetstream_devtools.natsserver import NatsServer
 from jetstream_devtools.node import Node
 from jetstream_operator import GROUP, VERSION
+from jetstream_operator.marks import METRICS_LABEL
 from jetstream_operator.nats.jsapi import JetStreamApi
 from tests.conftest import TEST_IMAGE
 from tests.delivery.helpers import CHART, Helm, new_client
@@ -33,6 +35,8 @@ from tests.support.targets import ExistingTarget, existing_target
 TARGET = existing_target()
 pytestmark = pytest.mark.node
 RELEASE = "jso-image"
+METRICS_PORT = 9090
+"""The chart's metrics.port default."""
 
 NEEDS = (
     "needs an existing cluster and an image it can pull "
@@ -85,7 +89,11 @@ def installed(target: ExistingTarget, tmp_path_factory: pytest.TempPathFactory) 
     watched = f"jso-image-{uuid.uuid4().hex[:6]}"
     api = new_client(target.kubeconfig)
     core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=watched)))
+    # Its resources opt in to metrics of their own.
+    labels = {METRICS_LABEL: "true"}
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=watched, labels=labels))
+    )
     system = f"{watched}-system"
     result = helm(
         "install",
@@ -141,6 +149,17 @@ def test_the_image_reconciles_a_stream_and_consumer(target: ExistingTarget, inst
     wait_for(lambda: ready("streams", "orders"), 120, "the Stream was not Ready")
     wait_for(lambda: ready("consumers", "worker"), 120, "the Consumer was not Ready")
     assert asyncio.run(consumer_exists(target.nats_url, stream, "WORKER"))
+    asyncio.run(publish(target.nats_url, f"{stream.lower()}.new", 3))
+    # The namespace opted in to per-resource metrics: the pod's own /metrics, through the API
+    # server's proxy, shows the stream's messages and the consumer's lag.
+    consumer = {"namespace": installed, "name": "worker", "stream": stream, "consumer": "WORKER"}
+    orders = {"namespace": installed, "name": "orders", "kind": "Stream", "stream": stream}
+    wait_for(
+        lambda: pod_metric(api, installed, "jetstream_operator_consumer_pending", consumer) == 3,
+        120,
+        "the consumer's lag was not in the pod's metrics",
+    )
+    assert pod_metric(api, installed, "jetstream_operator_stream_messages", orders) == 3
     # The pod that did it is the chart's, running the image.
     pods = client.CoreV1Api(api).list_namespaced_pod(f"{installed}-system").items
     assert pods and all(
@@ -162,6 +181,33 @@ def test_the_image_reconciles_a_stream_and_consumer(target: ExistingTarget, inst
 
         wait_for(gone, 120, f"{plural}/{name} kept its finalizer")
     assert not asyncio.run(stream_exists(target.nats_url, stream))
+
+
+def pod_metric(
+    api: client.ApiClient, watched: str, name: str, labels: dict[str, str]
+) -> float | None:
+    """One sample of the operator pod's /metrics, read through the API server's pod proxy."""
+    core = client.CoreV1Api(api)
+    [pod] = core.list_namespaced_pod(f"{watched}-system").items
+    pod_name = present(pod.metadata).name
+    text = core.connect_get_namespaced_pod_proxy_with_path(
+        f"{pod_name}:{METRICS_PORT}", f"{watched}-system", "metrics"
+    )
+    found = [
+        sample.value
+        for sample in parse_metrics(str(text))
+        if sample.name == name and sample.labels == labels
+    ]
+    return found[0] if found else None
+
+
+async def publish(url: str, subject: str, count: int) -> None:
+    connection = await nats.connect(url)
+    try:
+        for index in range(count):
+            await connection.jetstream().publish(subject, str(index).encode())
+    finally:
+        await connection.close()
 
 
 async def consumer_exists(url: str, stream: str, durable: str) -> bool:

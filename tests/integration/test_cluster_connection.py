@@ -39,7 +39,7 @@ def cluster_connection(
 ) -> Iterator[str]:
     """A ClusterNatsConnection to the suite's NATS selecting namespaces labelled with this
     test's namespace, under a tenancy of name prefixes and a stream quota."""
-    name = f"team-{namespace}"[:63]
+    name = f"team-{namespace}"[:63].rstrip("-")
     api = client.CustomObjectsApi(api_client)
     api.create_cluster_custom_object(
         GROUP,
@@ -110,7 +110,7 @@ async def test_a_cluster_connection_serves_only_the_namespaces_it_selects(
             {
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "ClusterNatsConnection",
-                "metadata": {"name": f"mine-{namespace}"[:63]},
+                "metadata": {"name": f"mine-{namespace}"[:63].rstrip("-")},
                 "spec": {"servers": ["nats://elsewhere:4222"], "namespaceSelector": {}},
             },
         )
@@ -216,7 +216,7 @@ async def test_bad_cluster_connections_are_refused_at_admission(
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "ClusterNatsConnection",
-            "metadata": {"name": f"bad-{namespace}"[:63]},
+            "metadata": {"name": f"bad-{namespace}"[:63].rstrip("-")},
             "spec": {"servers": ["nats://127.0.0.1:4222"], **spec},
         }
         with pytest.raises(ApiException) as refused:
