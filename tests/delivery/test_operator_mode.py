@@ -16,6 +16,7 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.js.errors import ServiceUnavailableError
 
 from jetstream_devtools.natsauth import UNLIMITED_ACCOUNT_LIMITS, OperatorKeys, write_secret
 from jetstream_devtools.natsserver import NatsCluster, NatsServer
@@ -251,7 +252,16 @@ async def test_a_cluster_node_learns_an_account_pushed_to_another(tmp_path: Path
             user_credentials=str(account.user_creds(tmp_path / "admin.creds", restricted=False)),
         )
         try:
-            assert await stream_count(nc) == 0
+            # The JWT reaches the node's resolver dir a moment before the node enables
+            # JetStream for the account (10039 "JetStream not enabled" meanwhile).
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    assert await stream_count(nc) == 0
+                    break
+                except ServiceUnavailableError:
+                    assert time.monotonic() < deadline, "JetStream never enabled for the account"
+                    await asyncio.sleep(0.2)
         finally:
             await nc.close()
     finally:
