@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ..api.account import NatsAccountSpec
 from ..api.kinds import NATS_ACCOUNT
 from ..handlers.connection_directory import ConnectionNotReady
-from ..handlers.registry import CLUSTER_SCOPE
+from ..handlers.registry import CLUSTER_SCOPE, TrackedResource
 from ..handlers.results import Event, Result, validation_message
 from ..handlers.status_writes import status_patch
 from ..k8s.client import ApiError
@@ -32,6 +32,7 @@ from ..reconcile.conditions import Outcome, now_rfc3339
 from ..services import SharedMemo
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
+from .rechecks import recheck_every
 
 logger = logging.getLogger(__name__)
 
@@ -256,13 +257,8 @@ async def recheck(
 ) -> None:
     """Look at the resolver's copy every connection check interval: pushed again where it
     drifted, and a failed push retried. Nothing is written when nothing changed."""
-    while not stopped:
-        await stopped.wait(memo.settings.connection_check_interval)
-        if stopped:
-            return
-        tracked = memo.accounts.named(CLUSTER_SCOPE, name or "")
-        if tracked is None or tracked.deleting:
-            continue
+
+    async def check(tracked: TrackedResource) -> None:
         ready = any(
             item.get("type") == "Ready" and item.get("status") == "True"
             for item in tracked.status.get("conditions") or []
@@ -278,6 +274,11 @@ async def recheck(
                 event.reason,
                 event.message,
             )
+
+    interval = memo.settings.connection_check_interval
+    await recheck_every(
+        stopped, memo.accounts, CLUSTER_SCOPE, name or "", lambda _: interval, check
+    )
 
 
 async def finalize(call: KopfCall) -> None:

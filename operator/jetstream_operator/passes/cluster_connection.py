@@ -14,7 +14,7 @@ from ..api.cluster_connection import ClusterNatsConnectionSpec
 from ..api.kinds import CLUSTER_NATS_CONNECTION
 from ..handlers import connection_check
 from ..handlers.connection_directory import connection_fields
-from ..handlers.registry import CLUSTER_SCOPE, spec_connection_key
+from ..handlers.registry import CLUSTER_SCOPE, TrackedResource, spec_connection_key
 from ..handlers.results import Result, unavailable, validation_message
 from ..handlers.status_writes import status_patch
 from ..marks import RELEASE_ANNOTATION
@@ -23,6 +23,7 @@ from ..reconcile.conditions import Outcome
 from ..services import SharedMemo
 from .connection import check_connection, in_use, release_secrets, switch_connection
 from .from_kopf import KopfCall, run_kopf_work
+from .rechecks import recheck_every
 
 
 async def checked(
@@ -90,13 +91,8 @@ async def recheck(
 ) -> None:
     """As a NatsConnection's recheck: rotated credentials, the account's and the namespaces'
     usage."""
-    while not stopped:
-        await stopped.wait(memo.settings.connection_check_interval)
-        if stopped:
-            return
-        tracked = memo.clusterconnections.named(CLUSTER_SCOPE, name or "")
-        if tracked is None or tracked.deleting:
-            continue
+
+    async def check(tracked: TrackedResource) -> None:
         result = await checked(memo, tracked.spec, name or "", recheck=True)
         if result is None:
             # Nothing asked of NATS; the namespaces' usage may have changed all the same.
@@ -105,12 +101,17 @@ async def recheck(
                 await memo.writer.patch_status(
                     CLUSTER_NATS_CONNECTION.plural, CLUSTER_SCOPE, name or "", {"namespaces": usage}
                 )
-            continue
+            return
         patch = status_patch(tracked, result, memo.budget)
         if patch is not None:
             await memo.writer.patch_status(
                 CLUSTER_NATS_CONNECTION.plural, CLUSTER_SCOPE, name or "", patch
             )
+
+    interval = memo.settings.connection_check_interval
+    await recheck_every(
+        stopped, memo.clusterconnections, CLUSTER_SCOPE, name or "", lambda _: interval, check
+    )
 
 
 async def finalize(call: KopfCall) -> None:

@@ -16,7 +16,7 @@ import kopf
 from ..api.kinds import CONSUMER, NATS_CONNECTION
 from ..handlers import connection_check
 from ..handlers.connection_directory import connection_fields
-from ..handlers.registry import CLUSTER_SCOPE, spec_connection_key
+from ..handlers.registry import CLUSTER_SCOPE, TrackedResource, spec_connection_key
 from ..handlers.results import Result
 from ..handlers.status_writes import status_patch
 from ..marks import RELEASE_ANNOTATION, SECRET_FINALIZER
@@ -25,6 +25,7 @@ from ..reconcile.backed import STREAM_BACKED
 from ..reconcile.conditions import Outcome
 from ..services import SharedMemo
 from .from_kopf import KopfCall, run_kopf_work
+from .rechecks import recheck_every
 
 logger = logging.getLogger(__name__)
 
@@ -210,24 +211,23 @@ async def recheck_connection(
 ) -> None:
     """Re-read the Secrets and re-check now and then: a rotated credential takes effect within
     seconds, and the status keeps showing the account's usage."""
-    settings = memo.settings
-    while not stopped:
-        await stopped.wait(settings.connection_check_interval)
-        if stopped:
-            return
-        tracked = memo.natsconnections.named(namespace or "", name or "")
-        if tracked is None or tracked.deleting:
-            continue
+
+    async def check(tracked: TrackedResource) -> None:
         result = await check_connection(
             memo, tracked.spec, namespace or "", name or "", recheck=True
         )
         if result is None:
-            continue
+            return
         patch = status_patch(tracked, result, memo.budget)
         if patch is not None:
             await memo.writer.patch_status(
                 NATS_CONNECTION.plural, namespace or "", name or "", patch
             )
+
+    interval = memo.settings.connection_check_interval
+    await recheck_every(
+        stopped, memo.natsconnections, namespace or "", name or "", lambda _: interval, check
+    )
 
 
 async def finalize_connection(call: KopfCall) -> None:

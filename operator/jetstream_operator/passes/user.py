@@ -36,6 +36,7 @@ from ..services import SharedMemo
 from . import account
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
+from .rechecks import recheck_every
 
 CREDS_KEY = "user.creds"
 USER_STATUS_FIELDS = (
@@ -303,16 +304,14 @@ async def recheck(
 ) -> None:
     """Rotate when due, and retry a user that waits for its account or references."""
     interval = memo.settings.connection_check_interval
-    while not stopped:
-        tracked = memo.natsusers.named(namespace or "", name or "")
-        wait = interval if tracked is None else next_check(tracked.spec, tracked.status, interval)
-        await stopped.wait(wait)
-        if stopped:
-            return
-        tracked = memo.natsusers.named(namespace or "", name or "")
-        if tracked is None or tracked.deleting:
-            continue
+
+    def wait(tracked: TrackedResource | None) -> float:
+        return interval if tracked is None else next_check(tracked.spec, tracked.status, interval)
+
+    async def check(tracked: TrackedResource) -> None:
         await _recheck_one(memo, tracked)
+
+    await recheck_every(stopped, memo.natsusers, namespace or "", name or "", wait, check)
 
 
 async def _recheck_one(memo: SharedMemo, tracked: TrackedResource) -> None:
