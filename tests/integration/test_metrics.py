@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,31 +23,35 @@ from .helpers import Resources, eventually, is_ready, stream_manifest
 pytestmark = [pytest.mark.integration]
 
 
-@pytest.fixture
-def metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
+@contextlib.contextmanager
+def metrics_on(operator_process: OperatorProcess, **env: str) -> Iterator[str]:
+    """The session's operator serving metrics on a free loopback port, with `env` besides."""
     port = free_port()
     with operator_variant(
         operator_process,
         JETSTREAM_OPERATOR_METRICS_PORT=str(port),
         JETSTREAM_OPERATOR_METRICS_ADDRESS="127.0.0.1",
-        JETSTREAM_OPERATOR_LOG_FORMAT="json",
+        **env,
     ):
         yield f"http://127.0.0.1:{port}/metrics"
+
+
+@pytest.fixture
+def metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
+    with metrics_on(operator_process, JETSTREAM_OPERATOR_LOG_FORMAT="json") as url:
+        yield url
 
 
 @pytest.fixture
 def slow_sweep_metrics_url(operator_process: OperatorProcess) -> Iterator[str]:
     """Metrics on, and consumers listed at production pace (300 s while read, 4 h idle): only
     measured streams' consumers are listed on every 2 s resync."""
-    port = free_port()
-    with operator_variant(
+    with metrics_on(
         operator_process,
-        JETSTREAM_OPERATOR_METRICS_PORT=str(port),
-        JETSTREAM_OPERATOR_METRICS_ADDRESS="127.0.0.1",
         JETSTREAM_OPERATOR_CONSUMER_RESYNC_INTERVAL="300",
         JETSTREAM_OPERATOR_CONSUMER_IDLE_RESYNC_INTERVAL="14400",
-    ):
-        yield f"http://127.0.0.1:{port}/metrics"
+    ) as url:
+        yield url
 
 
 def scrape(url: str) -> dict[str, float]:

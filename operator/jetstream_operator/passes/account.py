@@ -218,7 +218,11 @@ async def revoke(memo: SharedMemo, account: str, public_keys: list[str]) -> Resu
     tracked = memo.accounts.named(CLUSTER_SCOPE, account)
     if tracked is None:
         return None
-    spec = NatsAccountSpec.model_validate(dict(tracked.spec))
+    try:
+        spec = NatsAccountSpec.model_validate(dict(tracked.spec))
+    except ValidationError:
+        message = f"NatsAccount {account!r} has an invalid spec: its users cannot be revoked yet"
+        return Result(Outcome(False, "AccountNotReady", message), retry=True)
     try:
         async with lock_for(memo, account):
             keys = await account_keys(memo, account, make=False)
