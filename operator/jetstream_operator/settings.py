@@ -75,6 +75,11 @@ class OperatorSettings(BaseSettings):
     cannot flood the API server; the rest wait for a later pass."""
     advisories: bool = True
     """Repair out-of-band changes as soon as the server announces them."""
+    consumers_from_monitoring: bool = True
+    """For a ClusterNatsConnection into a NatsAccount, read every consumer of the account on
+    each pass with one JSZ request through the account's system connection (an answer per
+    server, holding every consumer) instead of a CONSUMER.LIST request per stream. Off: the
+    per-stream listings, whose number grows with the streams that have measured consumers."""
     events: Literal["all", "warnings"] = "all"
     """Which Kubernetes Events to post: all (Created, Updated, DriftRepaired... and every
     Warning), or warnings only. Each Normal Event is an API write: at thousands of resources

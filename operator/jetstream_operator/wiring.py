@@ -35,7 +35,7 @@ from .k8s.watch import NamespaceWatches
 from .marks import FINALIZER, KOPF_ANNOTATION_PREFIX, PAUSE_ANNOTATION
 from .memory import HeapTrimmer
 from .nats.pool import ConnectionPool, ConnectionTarget
-from .passes import connection
+from .passes import account, connection
 from .queueing import EventObservers, observe_events, tune_queueing
 from .reconcile.backed import STREAM_BACKED, STREAM_KIND, StreamBackedKind
 from .services import SharedMemo
@@ -228,6 +228,11 @@ async def start(settings: kopf.OperatorSettings, memo: SharedMemo) -> None:
             explained=memo.explained.get,
             gate=memo.tenancy,
             figures=memo.figures,
+            monitoring=(
+                account.account_monitoring(memo, key)
+                if operator_settings.consumers_from_monitoring
+                else None
+            ),
         )
 
     memo.watchers = WatcherSet(make_watcher)

@@ -22,6 +22,7 @@ from tests.conftest import TARGET
 from tests.support.operator import admin_client, new_client, operator_running, operator_variant
 from tests.support.targets import ExistingNats
 
+from .accounts_env import account_system, team  # noqa: F401  (fixtures of the account tests)
 from .helpers import OUR_PLURALS, Resources, empty_namespace
 
 TENANT = "tenant-alice"

@@ -7,35 +7,37 @@ refused at once, and a rotation leaves no gap."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import json
-import re
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from nats.aio.client import Client
 
 from jetstream_devtools.figures import scrape
-from jetstream_devtools.natsauth import OperatorKeys
-from jetstream_devtools.natsserver import NatsServer
-from jetstream_devtools.operator_process import OperatorProcess
-from jetstream_operator import GROUP, VERSION
 from jetstream_operator.api.kinds import NATS_USER
-from jetstream_operator.marks import CONNECTION_SECRET_LABEL
 from jetstream_operator.nats import jwt
 from tests.support.natstools import account_info, jwtcheck
-from tests.support.operator import operator_variant
 
+from .accounts_env import (
+    EXAMPLE_URL,
+    EXAMPLES,
+    SEED,
+    AccountSystem,
+    account_spec,
+    cluster_object,
+    connected,
+    create_cluster_object,
+    delete_cluster_object,
+    nats_user,
+    orders_stream,
+    ready,
+    user_creds,
+)
 from .figures import difference
 from .helpers import (
     Resources,
@@ -43,229 +45,12 @@ from .helpers import (
     empty_namespace,
     event_posted,
     eventually,
-    json_body,
     patch_spec_past_admission,
     policies_out_of_effect,
     refused_with,
 )
 
 pytestmark = [pytest.mark.integration]
-
-SEED = re.compile(r"S[OAU][A-Z2-7]{56}")
-"""An NKey seed, which no status, Event or log may show."""
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "accounts"
-EXAMPLE_URL = "nats://127.0.0.1:4222"
-EXAMPLE_OWN_NAMESPACE = "jetstream-operator-system"
-"""Where `dev up --auth jwt` puts the signing key and system user Secrets, as here."""
-TEAM_LABEL = "jetstream-operator.io/test-account"
-SIGNING_SECRET = "nats-operator-signing-key"
-SYSTEM_SECRET = "nats-system-user"
-
-
-@dataclass(frozen=True)
-class AccountSystem:
-    """An operator-mode server, and the platform team's objects for one account on it."""
-
-    server: NatsServer
-    keys: OperatorKeys
-    own_namespace: str
-    account: str
-    connection: str
-
-
-def _cluster_api(api_client: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api_client)
-
-
-def _create_cluster_object(api_client: client.ApiClient, plural: str, body: dict[str, Any]) -> None:
-    _cluster_api(api_client).create_cluster_custom_object(
-        GROUP, VERSION, plural, {"apiVersion": f"{GROUP}/{VERSION}", **body}
-    )
-
-
-def _cluster_object(api_client: client.ApiClient, plural: str, name: str) -> dict[str, Any] | None:
-    try:
-        return json_body(
-            _cluster_api(api_client).get_cluster_custom_object(GROUP, VERSION, plural, name)
-        )
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-def _delete_cluster_object(api_client: client.ApiClient, plural: str, name: str) -> None:
-    with contextlib.suppress(ApiException):
-        _cluster_api(api_client).delete_cluster_custom_object(GROUP, VERSION, plural, name)
-
-
-def _secret(namespace: str, name: str, values: dict[str, str]) -> client.V1Secret:
-    return client.V1Secret(
-        metadata=client.V1ObjectMeta(
-            name=name, namespace=namespace, labels={CONNECTION_SECRET_LABEL: "true"}
-        ),
-        string_data=values,
-    )
-
-
-def account_spec(system: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "systemConnectionRef": system,
-        "operatorSigningKey": {"secretName": SIGNING_SECRET, "key": "seed"},
-        "namespaceSelector": {"matchLabels": {TEAM_LABEL: "yes"}},
-        "userSubjectPrefixes": ["{namespace}."],
-        "jetstream": {
-            "fileStorage": 10 * 1024 * 1024,
-            "memoryStorage": 1024 * 1024,
-            "streams": 2,
-            "consumers": 10,
-            "maxBytesRequired": True,
-        },
-        **spec,
-    }
-
-
-@pytest.fixture(scope="module")
-def account_system(
-    api_client: client.ApiClient,
-    operator_process: OperatorProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-    process_logs: dict[str, Path],
-) -> Iterator[AccountSystem]:
-    """A server in operator mode, the platform team's Secrets in the operator's namespace, a
-    system connection, a NatsAccount and a ClusterNatsConnection into it; the session's
-    operator runs knowing its namespace, rechecking every 2 s."""
-    keys = OperatorKeys.generate()
-    server = NatsServer(tmp_path_factory.mktemp("nats-op"), name="nats-op", operator_keys=keys)
-    process_logs["nats-operator-mode"] = server.log_file
-    server.start()
-    core = client.CoreV1Api(api_client)
-    own = EXAMPLE_OWN_NAMESPACE
-    with contextlib.suppress(ApiException):
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=own)))
-    for name, values in (
-        (SIGNING_SECRET, {"seed": keys.signing_seed}),
-        (SYSTEM_SECRET, {"user.creds": keys.system_creds()}),
-    ):
-        with contextlib.suppress(ApiException):
-            core.delete_namespaced_secret(name, own)
-        core.create_namespaced_secret(own, _secret(own, name, values))
-    system, account, connection = "acct-system", "team-accounts", "team-accounts-conn"
-    _create_cluster_object(
-        api_client,
-        "clusternatsconnections",
-        {
-            "kind": "ClusterNatsConnection",
-            "metadata": {"name": system},
-            "spec": {
-                "servers": [server.url],
-                "creds": {"secretName": SYSTEM_SECRET, "key": "user.creds"},
-                "allowPlaintext": True,
-                "systemAccount": True,
-            },
-        },
-    )
-    _create_cluster_object(
-        api_client,
-        "natsaccounts",
-        {"kind": "NatsAccount", "metadata": {"name": account}, "spec": account_spec(system)},
-    )
-    _create_cluster_object(
-        api_client,
-        "clusternatsconnections",
-        {
-            "kind": "ClusterNatsConnection",
-            "metadata": {"name": connection},
-            "spec": {
-                "servers": [server.url],
-                "account": account,
-                "allowPlaintext": True,
-                "namespaceSelector": {"matchLabels": {TEAM_LABEL: "yes"}},
-            },
-        },
-    )
-    try:
-        with operator_variant(
-            operator_process,
-            JETSTREAM_OPERATOR_OWN_NAMESPACE=own,
-            JETSTREAM_OPERATOR_CONNECTION_CHECK_INTERVAL="2",
-        ):
-            yield AccountSystem(server, keys, own, account, connection)
-            for name in (connection, system):
-                _delete_cluster_object(api_client, "clusternatsconnections", name)
-            _delete_cluster_object(api_client, "natsaccounts", account)
-    finally:
-        for plural, name in (
-            ("clusternatsconnections", connection),
-            ("clusternatsconnections", system),
-            ("natsaccounts", account),
-        ):
-            with contextlib.suppress(ApiException):
-                _cluster_api(api_client).patch_cluster_custom_object(
-                    GROUP, VERSION, plural, name, {"metadata": {"finalizers": None}}
-                )
-            _delete_cluster_object(api_client, plural, name)
-        server.stop()
-
-
-@pytest.fixture
-def team(api_client: client.ApiClient, namespace: str, account_system: AccountSystem) -> str:
-    """The test's namespace, served by the account."""
-    client.CoreV1Api(api_client).patch_namespace(
-        namespace, {"metadata": {"labels": {TEAM_LABEL: "yes"}}}
-    )
-    return namespace
-
-
-async def _ready(fetch: Any, timeout: float = 30.0) -> dict[str, Any]:
-    async def ready() -> dict[str, Any] | None:
-        resource = fetch()
-        return resource if condition(resource).get("status") == "True" else None
-
-    return dict(await eventually(ready, timeout=timeout))
-
-
-def _creds(api_client: client.ApiClient, namespace: str, name: str, path: Path) -> Path:
-    secret = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
-    assert secret.data is not None
-    path.write_text(base64.b64decode(secret.data["user.creds"]).decode())
-    return path
-
-
-@contextlib.asynccontextmanager
-async def connected(url: str, creds: Path, errors: list[str]) -> AsyncIterator[Client]:
-    async def record(error: Exception) -> None:
-        errors.append(str(error))
-
-    connection = await nats.connect(
-        url, user_credentials=str(creds), error_cb=record, allow_reconnect=False
-    )
-    try:
-        yield connection
-    finally:
-        await connection.close()
-
-
-def _orders_stream(team: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "kind": "Stream",
-        "metadata": {"name": "orders"},
-        "spec": {
-            "name": f"{team}-orders",
-            "subjects": [f"{team}.orders.>"],
-            "maxBytes": 1024 * 1024,
-            "clusterConnectionRef": "team-accounts-conn",
-            **spec,
-        },
-    }
-
-
-def _user(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "kind": "NatsUser",
-        "metadata": {"name": name},
-        "spec": {"accountRef": "team-accounts", **spec},
-    }
 
 
 async def test_the_account_is_pushed_and_a_user_gets_only_what_it_declared(
@@ -275,21 +60,23 @@ async def test_the_account_is_pushed_and_a_user_gets_only_what_it_declared(
     resources: Resources,
     tmp_path: Path,
 ) -> None:
-    account = await _ready(
-        lambda: _cluster_object(api_client, "natsaccounts", account_system.account)
+    account = await ready(
+        lambda: cluster_object(api_client, "natsaccounts", account_system.account)
     )
     assert account["status"]["publicKey"].startswith("A")
     assert "jwt updated" in account["status"]["serverAnswer"]
     assert not SEED.search(json.dumps(account["status"]))
-    resources.create("streams", _orders_stream(team))
-    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create("streams", orders_stream(team))
+    await ready(lambda: resources.get("streams", "orders"))
     resources.create(
         "natsusers",
-        _user("shop", streams=[{"name": "orders", "access": "ReadWrite"}], publish=[f"{team}.x"]),
+        nats_user(
+            "shop", streams=[{"name": "orders", "access": "ReadWrite"}], publish=[f"{team}.x"]
+        ),
     )
-    user = await _ready(lambda: resources.get("natsusers", "shop"))
+    user = await ready(lambda: resources.get("natsusers", "shop"))
     assert user["status"]["account"] == account["status"]["publicKey"]
-    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "shop.creds")
+    creds = user_creds(api_client, team, user["status"]["secretName"], tmp_path / "shop.creds")
 
     errors: list[str] = []
     async with connected(account_system.server.url, creds, errors) as nc:
@@ -318,11 +105,13 @@ async def test_tools_no_one_here_wrote_agree(
 ) -> None:
     """The Go JWT library validates the account's JWT as the resolver holds it and the user's
     from its Secret, and the nats CLI, with the user's creds file, reads the account's limits."""
-    resources.create("streams", _orders_stream(team))
-    await _ready(lambda: resources.get("streams", "orders"))
-    resources.create("natsusers", _user("reader", streams=[{"name": "orders", "access": "Read"}]))
-    user = await _ready(lambda: resources.get("natsusers", "reader"))
-    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "reader.creds")
+    resources.create("streams", orders_stream(team))
+    await ready(lambda: resources.get("streams", "orders"))
+    resources.create(
+        "natsusers", nats_user("reader", streams=[{"name": "orders", "access": "Read"}])
+    )
+    user = await ready(lambda: resources.get("natsusers", "reader"))
+    creds = user_creds(api_client, team, user["status"]["secretName"], tmp_path / "reader.creds")
     account_key = user["status"]["account"]
     errors: list[str] = []
     system_creds = tmp_path / "system.creds"
@@ -390,13 +179,13 @@ async def test_a_spark_job_reads_a_teams_stream_with_a_users_creds(
 ) -> None:
     """The jetstream data source, in a Spark job of its own, reads with the creds file of a
     NatsUser allowed to read the stream, by pull consumer and by direct get."""
-    resources.create("streams", _orders_stream(team, allowDirect=True))
-    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create("streams", orders_stream(team, allowDirect=True))
+    await ready(lambda: resources.get("streams", "orders"))
     resources.create(
-        "natsusers", _user("analytics", streams=[{"name": "orders", "access": "ReadWrite"}])
+        "natsusers", nats_user("analytics", streams=[{"name": "orders", "access": "ReadWrite"}])
     )
-    user = await _ready(lambda: resources.get("natsusers", "analytics"))
-    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "analytics.creds")
+    user = await ready(lambda: resources.get("natsusers", "analytics"))
+    creds = user_creds(api_client, team, user["status"]["secretName"], tmp_path / "analytics.creds")
     errors: list[str] = []
     async with connected(account_system.server.url, creds, errors) as nc:
         for index in range(3):
@@ -424,17 +213,17 @@ async def test_the_account_limits_are_the_servers(
 ) -> None:
     """The account allows two streams and 10 MiB on disk: a third stream, or one asking for
     more, is refused by the server with its reason, and the others stay as they were."""
-    resources.create("streams", _orders_stream(team))
+    resources.create("streams", orders_stream(team))
     resources.create(
         "streams",
-        _orders_stream(team, name=f"{team}-audit", subjects=[f"{team}.audit"])
+        orders_stream(team, name=f"{team}-audit", subjects=[f"{team}.audit"])
         | {"metadata": {"name": "audit"}},
     )
-    await _ready(lambda: resources.get("streams", "orders"))
-    await _ready(lambda: resources.get("streams", "audit"))
+    await ready(lambda: resources.get("streams", "orders"))
+    await ready(lambda: resources.get("streams", "audit"))
     resources.create(
         "streams",
-        _orders_stream(team, name=f"{team}-third", subjects=[f"{team}.third"])
+        orders_stream(team, name=f"{team}-third", subjects=[f"{team}.third"])
         | {"metadata": {"name": "third"}},
     )
     third = condition(
@@ -457,11 +246,11 @@ async def test_a_deleted_user_is_refused_at_once(
     resources: Resources,
     tmp_path: Path,
 ) -> None:
-    resources.create("streams", _orders_stream(team))
-    await _ready(lambda: resources.get("streams", "orders"))
-    resources.create("natsusers", _user("leaver", streams=[{"name": "orders"}]))
-    user = await _ready(lambda: resources.get("natsusers", "leaver"))
-    creds = _creds(api_client, team, user["status"]["secretName"], tmp_path / "leaver.creds")
+    resources.create("streams", orders_stream(team))
+    await ready(lambda: resources.get("streams", "orders"))
+    resources.create("natsusers", nats_user("leaver", streams=[{"name": "orders"}]))
+    user = await ready(lambda: resources.get("natsusers", "leaver"))
+    creds = user_creds(api_client, team, user["status"]["secretName"], tmp_path / "leaver.creds")
     errors: list[str] = []
     async with connected(account_system.server.url, creds, errors) as nc:
         await nc.flush()
@@ -486,20 +275,20 @@ async def test_rotation_leaves_no_gap(
 ) -> None:
     """New credentials after the rotation period, the old ones valid until they expire: a
     client publishing all along, reconnecting with the new Secret, is never refused."""
-    resources.create("streams", _orders_stream(team))
-    await _ready(lambda: resources.get("streams", "orders"))
+    resources.create("streams", orders_stream(team))
+    await ready(lambda: resources.get("streams", "orders"))
     resources.create(
         "natsusers",
-        _user(
+        nats_user(
             "rotating",
             streams=[{"name": "orders", "access": "Publish"}],
             validFor="60s",
             rotationPeriod="4s",
         ),
     )
-    first = await _ready(lambda: resources.get("natsusers", "rotating"))
+    first = await ready(lambda: resources.get("natsusers", "rotating"))
     secret = first["status"]["secretName"]
-    old_creds = _creds(api_client, team, secret, tmp_path / "old.creds")
+    old_creds = user_creds(api_client, team, secret, tmp_path / "old.creds")
     errors: list[str] = []
     acknowledged = 0
     async with connected(account_system.server.url, old_creds, errors) as nc:
@@ -516,7 +305,7 @@ async def test_rotation_leaves_no_gap(
         second = await eventually(rotated, timeout=30, interval=0.2)
     assert second["status"]["previous"]["publicKey"] == first["status"]["publicKey"]
     await event_posted(api_client, team, "rotating", "Rotated")
-    new_creds = _creds(api_client, team, secret, tmp_path / "new.creds")
+    new_creds = user_creds(api_client, team, secret, tmp_path / "new.creds")
     assert new_creds.read_text() != old_creds.read_text()
     for creds in (old_creds, new_creds):  # both valid within the window
         async with connected(account_system.server.url, creds, errors) as nc:
@@ -531,8 +320,8 @@ async def test_an_account_changed_or_removed_out_of_band_is_pushed_again(
     """Someone pushes other claims for the account (with the signing key), then deletes it
     from the resolver (with the operator key, as nsc would): each time the declared account is
     back within a few connection checks."""
-    account = await _ready(
-        lambda: _cluster_object(api_client, "natsaccounts", account_system.account)
+    account = await ready(
+        lambda: cluster_object(api_client, "natsaccounts", account_system.account)
     )
     public_key = account["status"]["publicKey"]
     keys = account_system.keys
@@ -572,7 +361,7 @@ async def test_an_account_changed_or_removed_out_of_band_is_pushed_again(
 async def test_a_user_asking_beyond_its_account_is_refused_naming_the_subject(
     account_system: AccountSystem, team: str, resources: Resources
 ) -> None:
-    resources.create("natsusers", _user("greedy", subscribe=["other-team.secrets.>"]))
+    resources.create("natsusers", nats_user("greedy", subscribe=["other-team.secrets.>"]))
     message = await refused_with(resources, "natsusers", "greedy", "SubjectNotAllowed")
     assert "'other-team.secrets.>'" in message
 
@@ -581,7 +370,7 @@ async def test_an_account_whose_resolver_cannot_be_reached_waits(
     api_client: client.ApiClient, account_system: AccountSystem
 ) -> None:
     name = "unreachable-account"
-    _create_cluster_object(
+    create_cluster_object(
         api_client,
         "natsaccounts",
         {"kind": "NatsAccount", "metadata": {"name": name}, "spec": account_spec("no-such")},
@@ -589,12 +378,12 @@ async def test_an_account_whose_resolver_cannot_be_reached_waits(
     try:
 
         async def waiting() -> dict[str, Any] | None:
-            ready = condition(_cluster_object(api_client, "natsaccounts", name))
+            ready = condition(cluster_object(api_client, "natsaccounts", name))
             return ready if ready.get("reason") == "ResolverUnreachable" else None
 
         ready = await eventually(waiting)
         assert ready["status"] == "False"
-        reconciling = condition(_cluster_object(api_client, "natsaccounts", name), "Reconciling")
+        reconciling = condition(cluster_object(api_client, "natsaccounts", name), "Reconciling")
         assert reconciling.get("status") == "True"
         secret = client.CoreV1Api(api_client).read_namespaced_secret(
             f"natsaccount-{name}", account_system.own_namespace
@@ -602,7 +391,7 @@ async def test_an_account_whose_resolver_cannot_be_reached_waits(
         assert secret.data is not None
         assert secret.data["account.seed"]  # kept: the account will be this one when pushed
     finally:
-        _delete_cluster_object(api_client, "natsaccounts", name)
+        delete_cluster_object(api_client, "natsaccounts", name)
         await asyncio.sleep(0)
 
 
@@ -615,8 +404,8 @@ async def test_no_seed_reaches_the_log_status_or_events(
 ) -> None:
     """After a user is issued, rotated and revoked (this module's tests ran before), the
     operator's log, the users' status and every Event hold public keys at most."""
-    resources.create("natsusers", _user("quiet", validFor="30s", rotationPeriod="2s"))
-    first = await _ready(lambda: resources.get("natsusers", "quiet"))
+    resources.create("natsusers", nats_user("quiet", validFor="30s", rotationPeriod="2s"))
+    first = await ready(lambda: resources.get("natsusers", "quiet"))
     await event_posted(api_client, team, "quiet", "Rotated", timeout=20)
     resources.delete("natsusers", "quiet")
     await event_posted(api_client, team, "quiet", "Revoked", timeout=20)
@@ -648,11 +437,13 @@ async def test_the_shipped_example_works(
     assert applied.returncode == 0, applied.stderr
     team = Resources(api_client, "team-a")
     try:
-        await _ready(lambda: _cluster_object(api_client, "natsaccounts", "team-a"))
+        await ready(lambda: cluster_object(api_client, "natsaccounts", "team-a"))
         for plural, name in (("streams", "orders"), ("consumers", "orders-worker")):
-            await _ready(lambda plural=plural, name=name: team.get(plural, name))
-        user = await _ready(lambda: team.get("natsusers", "orders-app"))
-        creds = _creds(api_client, "team-a", user["status"]["secretName"], tmp_path / "app.creds")
+            await ready(lambda plural=plural, name=name: team.get(plural, name))
+        user = await ready(lambda: team.get("natsusers", "orders-app"))
+        creds = user_creds(
+            api_client, "team-a", user["status"]["secretName"], tmp_path / "app.creds"
+        )
         errors: list[str] = []
         async with connected(account_system.server.url, creds, errors) as nc:
             js = nc.jetstream()
@@ -669,7 +460,7 @@ async def test_the_shipped_example_works(
             ("natsaccounts", "team-a"),
             ("clusternatsconnections", "nats-system"),
         ):
-            _delete_cluster_object(api_client, plural, name)
+            delete_cluster_object(api_client, plural, name)
 
 
 def _requests(plane: Any) -> Counter[str]:
@@ -701,10 +492,10 @@ async def test_settled_accounts_and_users_cost_no_kubernetes_request(
     server serves nothing for them: no status written, no Event, no Secret read but the two
     ClusterNatsConnections' own rechecks (one read each per interval: rotated credentials are
     noticed so, docs/connections.md)."""
-    resources.create("streams", _orders_stream(team))
-    await _ready(lambda: resources.get("streams", "orders"))
-    resources.create("natsusers", _user("settled", streams=[{"name": "orders"}]))
-    await _ready(lambda: resources.get("natsusers", "settled"))
+    resources.create("streams", orders_stream(team))
+    await ready(lambda: resources.get("streams", "orders"))
+    resources.create("natsusers", nats_user("settled", streams=[{"name": "orders"}]))
+    await ready(lambda: resources.get("natsusers", "settled"))
     await asyncio.sleep(2.5)  # the Ready write and its Event are behind us
     before = _requests(control_plane)
     await asyncio.sleep(6.5)
@@ -723,8 +514,8 @@ async def test_a_users_account_cannot_change(
 ) -> None:
     """Admission refuses moving a NatsUser to another account; where the policy is missing,
     the operator refuses it too (ImmutableFieldChanged) and issues nothing anew."""
-    resources.create("natsusers", _user("mover"))
-    issued = await _ready(lambda: resources.get("natsusers", "mover"))
+    resources.create("natsusers", nats_user("mover"))
+    issued = await ready(lambda: resources.get("natsusers", "mover"))
     with pytest.raises(ApiException) as refused:
         resources.patch_spec("natsusers", "mover", {"accountRef": "other-team"})
     assert "spec.accountRef is immutable" in str(refused.value.body)

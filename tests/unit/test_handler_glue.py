@@ -22,6 +22,7 @@ from jetstream_operator.handlers.failures import FailureMemory
 from jetstream_operator.handlers.registry import ResourceRegistry
 from jetstream_operator.handlers.status_writes import StatusBudget
 from jetstream_operator.nats.jsapi import JetStreamApi, JetStreamError, StreamListing
+from jetstream_operator.nats.jsz import AccountMonitoring
 from jetstream_operator.nats.pool import ConnectionTarget
 from jetstream_operator.reconcile.backed import STREAM_KIND
 from jetstream_operator.reconcile.conditions import Outcome, conditions_for
@@ -174,6 +175,7 @@ def watcher(
     writer: RecordingWriter,
     memory: FailureMemory,
     consumers: ResourceRegistry | None = None,
+    monitoring: AccountMonitoring | None = None,
 ) -> DriftWatcher:
     return DriftWatcher(
         {STREAM_KIND: streams},
@@ -185,6 +187,7 @@ def watcher(
         settings=WatchSettings(resync_interval=30),
         failures=memory,
         budget=StatusBudget(),
+        monitoring=monitoring,
     )
 
 

@@ -20,13 +20,14 @@ from pydantic import ValidationError
 from ..api.account import NatsAccountSpec
 from ..api.kinds import NATS_ACCOUNT
 from ..handlers.connection_directory import ConnectionNotReady
-from ..handlers.registry import CLUSTER_SCOPE, TrackedResource
+from ..handlers.registry import CLUSTER_SCOPE, ConnectionKey, TrackedResource
 from ..handlers.results import Event, Result, validation_message
 from ..handlers.status_writes import status_patch
 from ..k8s.client import ApiError
 from ..k8s.secrets import SecretProblem
-from ..nats import jwt
+from ..nats import jsz, jwt
 from ..nats.account_keys import AccountKeys, keys_secret_name
+from ..nats.jsz import AccountConsumers, AccountMonitoring
 from ..reconcile.accounts import account_claims, same_account
 from ..reconcile.conditions import Outcome, now_rfc3339
 from ..services import SharedMemo
@@ -318,3 +319,34 @@ def users_of(memo: SharedMemo, name: str) -> list[str]:
         if connection.spec.get("account") == name and not connection.deleting
     ]
     return sorted(users)
+
+
+def account_monitoring(memo: SharedMemo, key: ConnectionKey) -> AccountMonitoring | None:
+    """For a ClusterNatsConnection into a NatsAccount: every consumer of the account in one
+    JSZ request through the account's system connection (which the platform team already gave
+    for its pushes), instead of a CONSUMER.LIST request per stream. Looked up on each use, so
+    a connection or account made, changed or deleted later is followed."""
+    if key is None or key[0] != CLUSTER_SCOPE:
+        return None
+    connection = key[1]
+
+    async def read(servers: frozenset[str]) -> AccountConsumers | None:
+        tracked = memo.clusterconnections.named(CLUSTER_SCOPE, connection)
+        account_name = tracked.spec_text("account") if tracked is not None else None
+        account = memo.accounts.named(CLUSTER_SCOPE, account_name) if account_name else None
+        if account is None:
+            return None
+        public_key = account.status.get("publicKey")
+        system = account.spec_text("systemConnectionRef")
+        if not isinstance(public_key, str) or not public_key or system is None:
+            return None
+        try:
+            target = await memo.directory.system_target(system)
+            client = await memo.pool.connection(target)
+            timeout = memo.settings.nats_request_timeout
+            return await jsz.account_consumers(client, public_key, servers, timeout)
+        except (NatsError, OSError, TimeoutError):
+            memo.directory.forget_system_target(system)
+            raise
+
+    return read

@@ -5,7 +5,9 @@ per resource. JetStream has no account-wide consumer listing, so consumers are l
 and only where advisories cannot stand in: for streams whose state moved since the last look (new
 messages, a consumer added or removed), for every stream after advisories may have been lost (a
 reconnect, a slow-consumer drop), for consumers clients are reading (every consumer resync
-interval), and for the idle rest once per idle interval. Status is written only when something a
+interval), for those whose figures are measured (every pass), and for the idle rest once per
+idle interval. Where the connection's account can be read through the system account, one
+JSZ request gives every consumer instead (`nats.jsz`). Status is written only when something a
 person would see has changed.
 
 This module holds the triggers (advisories, recounts, retries, the resync timer) and the loop
@@ -20,7 +22,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..api.kinds import CONSUMER
 from ..handlers.failures import FailureMemory
@@ -39,6 +41,7 @@ from ..handlers.tenancy_gate import TenancyGate
 from ..k8s.status import EventSink, ResourceWriter
 from ..nats.advisories import subscribe_changes
 from ..nats.jsapi import JetStreamApi, JetStreamUnavailable
+from ..nats.jsz import AccountConsumers, AccountMonitoring, stream_peers
 from ..nats.pool import ConnectionPool, ConnectionTarget
 from ..passes.repair import Repairer, all_of
 from ..reconcile.backed import STREAM_KIND, StreamBackedKind
@@ -80,12 +83,17 @@ class DriftWatcher:
         explained: Callable[[str], str | None] | None = None,
         gate: TenancyGate | None = None,
         figures: LiveFigures | None = None,
+        monitoring: AccountMonitoring | None = None,
     ) -> None:
         """`explained` gives, by a Consumer's uid, why its streamRef finds no Stream, as the
         Consumer's own handler last found out (an API read): a pass here keeps that message
         instead of writing the plain one over it, and asks nothing. `figures` keeps the
         opted-in resources' latest figures for their metrics, and has their consumers listed
-        on every pass."""
+        on every pass. `monitoring`, where the connection's account can be read through the
+        system account, gives every consumer's state in one request instead of one per
+        stream."""
+        self._monitoring = monitoring
+        self._monitoring_failure: str | None = None  # logged once until it changes
         self._failures = failures if failures is not None else FailureMemory()
         self._repairer = Repairer(
             backed,
@@ -365,23 +373,49 @@ class DriftWatcher:
             for stream, resources in by_stream.items()
             if figures is not None and any(figures.wanted(resource) for resource in resources)
         }
-        for stream in self._sweep.choose(infos, by_stream, always=measured):
+        chosen = list(self._sweep.choose(infos, by_stream, always=measured))
+        monitored, monitored_at = await self._monitored(chosen, infos)
+        for stream in chosen:
             # The sweep is a request per stream (hundreds at thousands of streams): what the
             # advisories announced meanwhile is repaired first, not after the whole sweep.
             if self._pending_streams or self._pending_consumers:
                 await self._repair_pending(jetstream)
             resources = by_stream[stream]
-            consumers = {
-                str(info.get("name")): info for info in await jetstream.list_consumers(stream)
-            }
+            consumers = monitored.covering(stream, infos[stream]) if monitored else None
+            looked_at = monitored_at
+            if consumers is None:
+                listed = await jetstream.list_consumers(stream)
+                consumers, looked_at = {str(info.get("name")): info for info in listed}, None
             self._sweep.looked(stream, consumers)
             for resource in resources:
                 known = consumers.get(str(resource.spec_text("durableName")))
-                await self._repairer.repair(CONSUMER, resource, jetstream, known, infos[stream])
+                await self._repairer.repair(
+                    CONSUMER, resource, jetstream, known, infos[stream], as_of=looked_at
+                )
             budget = self._budget
             if budget is not None and any(budget.behind(r.owner.uid) for r in resources):
                 self._sweep.behind(stream)
         self._repairer.forget_looks_until(as_of)
+
+    async def _monitored(
+        self, streams: list[str], infos: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[AccountConsumers | None, float | None]:
+        """The chosen streams' consumers from the servers' JetStream monitoring, in one
+        request, where this connection has a way to it; with when they were asked for (a look
+        at a consumer after that is newer). None: each stream's consumers are listed."""
+        if self._monitoring is None or not streams:
+            return None, None
+        servers = frozenset().union(*(stream_peers(infos[stream]) or () for stream in streams))
+        asked_at = asyncio.get_running_loop().time()
+        try:
+            answer = await self._monitoring(servers)
+        except Exception as error:  # the JetStream API still answers: list as before
+            if repr(error) != self._monitoring_failure:
+                self._monitoring_failure = repr(error)
+                logger.warning("consumers listed per stream: JetStream monitoring: %r", error)
+            return None, None
+        self._monitoring_failure = None
+        return answer, asked_at
 
     async def _serving_advisories(self, work: Awaitable[T], jetstream: JetStreamApi) -> T:
         """Await a long part of a resync (a listing of thousands of streams takes seconds)
