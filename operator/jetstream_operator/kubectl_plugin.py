@@ -22,6 +22,7 @@ from .api.kinds import ALL_KINDS
 from .export.account import client_login
 from .k8s.client import ApiError, KubeApi
 from .reasons import explain
+from .reconcile.live_state import human_bytes
 
 KINDS = {
     name: kind.plural
@@ -37,18 +38,6 @@ EVENTS_SHOWN = 5
 
 class PluginError(Exception):
     """Bad input or a missing resource: one line for the user, exit code 1."""
-
-
-def human_bytes(count: object) -> str:
-    """1536 -> '1.5 KiB'; '-' when unknown."""
-    if not isinstance(count, int):
-        return "-"
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return "-"  # not reached
 
 
 def ready_of(body: Mapping[str, Any]) -> tuple[str, str, str]:

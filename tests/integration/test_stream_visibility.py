@@ -43,8 +43,10 @@ async def test_kubectl_shows_ready_columns_and_explains_fields(
     await eventually(lambda: _ready(resources, "shown"))
     table = run_kubectl(kubectl, kubeconfig, "get", "jss", "-n", namespace)
     header, row = table.splitlines()[:2]
-    assert header.split() == ["NAME", "READY", "STREAM", "MESSAGES", "BYTES", "REPLICAS", "AGE"]
-    assert row.split()[:6] == ["shown", "True", stream, "0", "0", "1"]
+    assert header.split() == ["NAME", "READY", "STREAM", "MESSAGES", "SIZE", "REPLICAS", "AGE"]
+    assert row.split()[:7] == ["shown", "True", stream, "0", "0", "B", "1"]  # SIZE: "0 B"
+    wide = run_kubectl(kubectl, kubeconfig, "get", "jss", "-n", namespace, "-o", "wide")
+    assert "BYTES" in wide.splitlines()[0].split()
     assert "shown" in run_kubectl(kubectl, kubeconfig, "get", "jetstream", "-n", namespace)
     explained = run_kubectl(kubectl, kubeconfig, "explain", "stream.spec.maxAge")
     assert "Oldest message kept" in explained

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jetstream_operator.kubectl_plugin import Listing, human_bytes, status_lines, why_lines
+from jetstream_operator.kubectl_plugin import Listing, status_lines, why_lines
+from jetstream_operator.reconcile.live_state import human_bytes, stream_live_state
 
 
 def ready(reason: str, status: str = "True", message: str = "m") -> dict[str, Any]:
@@ -22,6 +23,13 @@ def test_sizes_are_for_people() -> None:
         "5.0 GiB",
     ]
     assert human_bytes(None) == "-"
+    assert human_bytes(3 * 1024**4) == "3.0 TiB"
+
+
+def test_kubectl_get_shows_the_size_the_status_holds() -> None:
+    """status.size is what the SIZE column of `kubectl get` prints (a column cannot format)."""
+    live = stream_live_state({"config": {"name": "S"}, "state": {"bytes": 1536, "messages": 2}})
+    assert (live["bytes"], live["size"]) == (1536, "1.5 KiB")
 
 
 def test_consumers_are_listed_under_their_stream() -> None:

@@ -458,6 +458,8 @@ class StreamBackedStatus(OperatorStatus):
     spec naming another is refused, as the object would be left behind."""
     bytes: int | None = None
     """Bytes stored now."""
+    size: str | None = None
+    """The same for people ("1.5 MiB"), for `kubectl get`, whose columns cannot format one."""
     replicas: int | None = None
     """Replicas the server reports for the stream."""
     cluster: str | None = None

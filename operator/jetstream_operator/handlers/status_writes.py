@@ -26,6 +26,7 @@ LIVE_COUNTERS = frozenset(
         "keys",
         "objects",
         "bytes",
+        "size",
         "firstSequence",
         "lastSequence",
         "numPending",

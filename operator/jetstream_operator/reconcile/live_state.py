@@ -37,6 +37,18 @@ def with_consumers_added(info: Mapping[str, Any], added: int) -> dict[str, Any]:
     return {**info, "state": state}
 
 
+def human_bytes(count: object) -> str:
+    """1536 -> '1.5 KiB'; '-' when unknown."""
+    if not isinstance(count, int) or isinstance(count, bool):
+        return "-"
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
 def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
     config = info.get("config") or {}
     cluster = info.get("cluster") or {}
@@ -56,6 +68,7 @@ def _cluster_state(info: dict[str, Any]) -> dict[str, Any]:
         ],
         "replicas": config.get("num_replicas"),
         "bytes": (info.get("state") or {}).get("bytes", 0),
+        "size": human_bytes((info.get("state") or {}).get("bytes", 0)),
     }
 
 
