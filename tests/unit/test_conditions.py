@@ -45,3 +45,21 @@ def test_same_conditions_ignores_only_transition_times() -> None:
     first = conditions_for(Outcome(True, "Synced", "ok"), 1, clock=T0)
     assert same_conditions(first, conditions_for(Outcome(True, "Synced", "ok"), 1, clock=T1))
     assert not same_conditions(first, conditions_for(Outcome(True, "Synced", "ok"), 2, clock=T1))
+
+
+def test_a_stalled_false_reason_repeats_ready_and_says_progressing_only_while_working() -> None:
+    healthy = by_type(conditions_for(Outcome(True, "Synced", "ok"), 1, clock=T0))
+    assert healthy["Stalled"]["reason"] == "Synced"
+    working = by_type(conditions_for(Outcome(False, "NatsUnavailable", "down"), 1, clock=T0))
+    assert working["Stalled"]["reason"] == "Progressing"
+
+
+def test_a_status_written_before_the_new_stalled_reason_is_not_rewritten_for_it() -> None:
+    """Written by 0.1 (Stalled=False always "Progressing"): the same outcome now is no change,
+    so an upgrade does not rewrite every resource at once. A Stalled=True reason still counts."""
+    now = conditions_for(Outcome(True, "Synced", "ok"), 1, clock=T0)
+    old = [{**c, "reason": "Progressing"} if c["type"] == "Stalled" else c for c in now]
+    assert same_conditions(now, old)
+    stalled = conditions_for(Outcome(False, "ServerRejected", "no", stalled=True), 1, clock=T0)
+    other = [{**c, "reason": "InvalidSpec"} if c["type"] == "Stalled" else c for c in stalled]
+    assert not same_conditions(stalled, other)

@@ -81,7 +81,7 @@ def conditions_for(
         _condition(
             STALLED,
             outcome.stalled,
-            outcome.reason if outcome.stalled else "Progressing",
+            "Progressing" if reconciling else outcome.reason,
             outcome.message if outcome.stalled else "",
             generation,
             by_type,
@@ -91,14 +91,17 @@ def conditions_for(
 
 
 def same_conditions(left: Iterable[Mapping[str, Any]], right: Iterable[Mapping[str, Any]]) -> bool:
-    """Equal apart from transition times, so an unchanged status is not written again."""
+    """Equal apart from transition times, so an unchanged status is not written again. The
+    reason of a Stalled=False condition is left out: it only repeats the Ready reason (or says
+    Progressing), and before 0.2 it was always Progressing, so resources written then are not
+    all rewritten at once after an upgrade; they take the new reason with their next change."""
 
     def key(items: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return sorted(
             (
                 c.get("type"),
                 c.get("status"),
-                c.get("reason"),
+                None if (c.get("type"), c.get("status")) == (STALLED, "False") else c.get("reason"),
                 c.get("message"),
                 c.get("observedGeneration"),
             )
