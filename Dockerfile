@@ -33,7 +33,10 @@ RUN pip install --no-deps --no-build-isolation . \
 
 FROM ${PYTHON_IMAGE}
 
+# pyproject.toml's version: the build passes it (jetstream_devtools.containers, make release).
+ARG VERSION=unknown
 LABEL org.opencontainers.image.title="jetstream-operator" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.description="Kubernetes operator for NATS JetStream streams and consumers" \
       org.opencontainers.image.licenses="Apache-2.0"
 

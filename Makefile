@@ -9,7 +9,7 @@ CLI := $(VENV)/bin/jetstream-operator
 STAMP := $(VENV)/.installed-stamp
 DEV_DIR ?= .dev
 
-.PHONY: help venv tools run down status test test-systems unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock e2e-node
+.PHONY: help venv tools run down status release test test-systems unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock e2e-node
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
@@ -18,6 +18,7 @@ help:
 	@echo "make test-systems  the image on a real kubelet node, Argo CD and a Spark cluster (CI runs both)"
 	@echo "make down   stop the local environment started by make run"
 	@echo "make crds   regenerate crds/ from the models"
+	@echo "make release  every artifact of this version into dist/ (NO_IMAGE=1: without the image)"
 	@echo "make e2e-node  only the image and one-node cluster tests (part of make test-systems; needs root)"
 	@echo "make image  build the image with a Docker this sets up (apt-get, dockerd, a debootstrap base)"
 	@echo "make image-lock  re-pin image-requirements.txt (every package of the image) with pip-compile"
@@ -131,6 +132,12 @@ e2e-node: tools
 # The image, built as a user builds it, on a machine with no registry: Debian's docker.io is
 # installed and started, and the base image the Dockerfile names is made with debootstrap.
 IMAGE ?= jetstream-operator:dev
+# Every artifact of pyproject.toml's version into dist/: wheels and sdists (the operator, and
+# jetstream-spark, the data source alone), the packaged chart, the image (OCI layout tarball),
+# SHA256SUMS. NO_IMAGE=1 leaves out the image.
+release: venv
+	$(PY) -m jetstream_devtools.release --out dist $(if $(NO_IMAGE),--no-image)
+
 image: venv
 	$(PY) -m jetstream_devtools.containers --build $(IMAGE)
 

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TextIO
 
-from .paths import cache_root, file_lock
+from .paths import cache_root, file_lock, project_version
 from .processes import ManagedProcess, ProcessRecord
 
 APT_PACKAGES = (
@@ -219,7 +219,11 @@ class Docker:
 
     def build(self, context: Path, tag: str, *build_args: str, timeout: float = 1800) -> None:
         """`docker build` as a user runs it (on the host's network, as the daemon has no bridge);
-        raises with the output tail on failure."""
+        raises with the output tail on failure. A context with a pyproject.toml gets its
+        version as VERSION (the image's version label)."""
+        version = project_version(context)
+        if version is not None:
+            build_args = (f"VERSION={version}", *build_args)
         args = [item for arg in build_args for item in ("--build-arg", arg)]
         built = self.cli(
             "build", "--network=host", "--tag", tag, *args, str(context), timeout=timeout

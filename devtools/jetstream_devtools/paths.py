@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import sys
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,3 +71,12 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def project_version(root: Path) -> str | None:
+    """The version in `root`/pyproject.toml, the one number a release carries; None without."""
+    try:
+        with (root / "pyproject.toml").open("rb") as file:
+            return str(tomllib.load(file)["project"]["version"])
+    except (OSError, KeyError):
+        return None

@@ -18,8 +18,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from jetstream_devtools.containers import Docker
+from jetstream_devtools.paths import project_version
+from jetstream_devtools.release import oci_archive
 
 from .helpers import ROOT, run
+from .test_release import read_layout
 
 DOCKERFILE = ROOT / "Dockerfile"
 HADOLINT = Path(sys.executable).parent / "hadolint"
@@ -120,7 +123,7 @@ def test_dockerignore_sends_only_what_the_build_reads() -> None:
     ]
 
 
-def test_image_builds_and_runs(docker: Docker, operator_image: str) -> None:
+def test_image_builds_and_runs(docker: Docker, operator_image: str, tmp_path: Path) -> None:
     """Built by `docker build` as a user runs it; runs as 10001 with no pip left in it."""
 
     def inside(*command: str) -> str:
@@ -129,6 +132,23 @@ def test_image_builds_and_runs(docker: Docker, operator_image: str) -> None:
         return result.stdout
 
     assert "usage: jetstream-operator" in inside("jetstream-operator", "--help")
+    # One version everywhere: pyproject.toml's, in the label and in --version.
+    version = project_version(ROOT)
+    assert version is not None
+    assert inside("jetstream-operator", "--version").split()[1] == version
+    label = docker.cli(
+        "image",
+        "inspect",
+        "--format",
+        '{{index .Config.Labels "org.opencontainers.image.version"}}',
+        operator_image,
+    )
+    assert label.stdout.strip() == version, label.stderr
+    # As `make release` ships it: an OCI layout of the same image (its config is the image ID).
+    image_id = docker.cli("image", "inspect", "--format", "{{.Id}}", operator_image)
+    saved = docker.save(operator_image, tmp_path / "saved.tar")
+    _, manifest, _ = read_layout(oci_archive(saved, version, tmp_path / "oci.tar"))
+    assert manifest["config"]["digest"] == image_id.stdout.strip()
     assert inside("id").split()[:2] == [
         "uid=10001(jetstream-operator)",
         "gid=10001(jetstream-operator)",

@@ -1,0 +1,159 @@
+"""`make release` without the image (test_dockerfile checks the image's version label): one
+version on every artifact, checksums that hold, and a Spark package that brings the data source
+and what it imports, never the operator's dependencies."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import venv
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+from jetstream_devtools.paths import project_version
+from jetstream_devtools.release import SPARK_REQUIRES, oci_archive, release
+
+from .helpers import ROOT
+
+OPERATOR_ONLY = {"kopf", "kubernetes", "pydantic", "cryptography", "jetstream-operator", "nkeys"}
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("release") / "dist"
+    release(out, image=False)
+    return out
+
+
+def _metadata(wheel: Path) -> list[tuple[str, str]]:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        message = Parser().parsestr(archive.read(name).decode())
+    return [(key, str(value)) for key, value in message.items()]
+
+
+def test_every_artifact_carries_the_one_version_and_its_checksum(released: Path) -> None:
+    version = project_version(ROOT)
+    assert version is not None
+    names = sorted(path.name for path in released.iterdir())
+    assert names == sorted(
+        [
+            "SHA256SUMS",
+            f"jetstream-operator-{version}.tgz",
+            f"jetstream_operator-{version}-py3-none-any.whl",
+            f"jetstream_operator-{version}.tar.gz",
+            f"jetstream_spark-{version}-py3-none-any.whl",
+            f"jetstream_spark-{version}.tar.gz",
+        ]
+    )
+    for line in (released / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        assert hashlib.sha256((released / name).read_bytes()).hexdigest() == digest
+    with tarfile.open(released / f"jetstream-operator-{version}.tgz") as chart:
+        member = chart.extractfile("jetstream-operator/Chart.yaml")
+        assert member is not None
+        meta = yaml.safe_load(member.read())
+    assert (meta["version"], str(meta["appVersion"])) == (version, version)
+    printed = subprocess.run(
+        [sys.executable, "-m", "jetstream_operator.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert printed.split()[:2] == ["jetstream-operator", version]
+
+
+def test_the_spark_package_holds_the_data_source_and_needs_only_what_it_imports(
+    released: Path, tmp_path: Path
+) -> None:
+    version = project_version(ROOT)
+    wheel = released / f"jetstream_spark-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        packages = {name.split("/")[0] for name in archive.namelist()}
+    assert packages == {"jetstream_spark", f"jetstream_spark-{version}.dist-info"}
+    required = [value for key, value in _metadata(wheel) if key == "Requires-Dist"]
+    assert {r for r in required if "extra ==" not in r} == {
+        str(Requirement(r)) for r in SPARK_REQUIRES
+    }
+    # Installed for real into an empty environment: nothing of the operator comes along.
+    environment = tmp_path / "venv"
+    venv.create(environment, with_pip=True)
+    python = environment / "bin" / "python"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    names = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
+    assert {"jetstream-spark", "nats-py", "pyarrow"} <= names
+    assert not names & OPERATOR_ONLY, names
+
+
+def _tar_with(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def read_layout(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
+    """(index, manifest, blobs by digest) of an OCI layout tarball, every digest checked."""
+    with tarfile.open(path) as layout:
+        files = {
+            m.name: member.read()
+            for m in layout.getmembers()
+            if (member := layout.extractfile(m)) is not None
+        }
+    assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+    blobs = {}
+    for name, data in files.items():
+        if name.startswith("blobs/sha256/"):
+            digest = name.rsplit("/", 1)[1]
+            assert hashlib.sha256(data).hexdigest() == digest
+            blobs[f"sha256:{digest}"] = data
+    index = json.loads(files["index.json"])
+    (entry,) = index["manifests"]
+    manifest = json.loads(blobs[entry["digest"]])
+    assert entry["size"] == len(blobs[entry["digest"]])
+    return index, manifest, blobs
+
+
+def test_a_docker_archive_becomes_an_oci_layout_of_the_same_image(tmp_path: Path) -> None:
+    config = json.dumps({"architecture": "amd64", "os": "linux"}).encode()
+    layers = [b"first layer tar", b"second layer tar"]
+    saved = _tar_with(
+        tmp_path / "saved.tar",
+        {
+            "manifest.json": json.dumps(
+                [{"Config": "c.json", "Layers": ["l1/layer.tar", "l2/layer.tar"]}]
+            ).encode(),
+            "c.json": config,
+            "l1/layer.tar": layers[0],
+            "l2/layer.tar": layers[1],
+        },
+    )
+    index, manifest, blobs = read_layout(oci_archive(saved, "1.2.3", tmp_path / "oci.tar"))
+    assert index["manifests"][0]["annotations"] == {"org.opencontainers.image.ref.name": "1.2.3"}
+    assert blobs[manifest["config"]["digest"]] == config
+    assert [blobs[layer["digest"]] for layer in manifest["layers"]] == layers
