@@ -111,9 +111,11 @@ class ApiAudit:
     """JetStream API requests counted from the servers' own audit advisories
     ($JS.EVENT.ADVISORY.API), by request subject without the stream or consumer name."""
 
-    def __init__(self, urls: Iterable[str]) -> None:
+    def __init__(self, urls: Iterable[str], creds: str | None = None) -> None:
+        """`creds`: a creds file, for a server in operator mode (the account's advisories)."""
         self.counts: Counter[str] = Counter()
         self._urls = list(urls)
+        self._creds = creds
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._done: asyncio.Event | None = None
@@ -125,7 +127,7 @@ class ApiAudit:
 
     async def _run(self) -> None:
         self._done = asyncio.Event()
-        connections = [await nats.connect(url) for url in self._urls]
+        connections = [await nats.connect(url, user_credentials=self._creds) for url in self._urls]
 
         async def count(msg: Any) -> None:
             subject = str(json.loads(msg.data).get("subject", ""))
