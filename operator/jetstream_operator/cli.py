@@ -31,6 +31,16 @@ def quiet_bookkeeping(record: logging.LogRecord) -> bool:
     )
 
 
+def retries_are_warnings(record: logging.LogRecord) -> bool:
+    """kopf logs a Kubernetes request it will retry as an ERROR (at every start, lists refused
+    with 429 while the API server's storage initializes): a WARNING until it gives up, which
+    stays an ERROR ("escalating")."""
+    if record.levelno == logging.ERROR and record.name.startswith("kopf._cogs.clients"):
+        if "failed; will retry" in record.getMessage():
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
 HIDDEN_CLIENT = "kubernetes"
 """The `kubernetes` client, which the operator does not depend on but a checkout installs for the
 dev tools and tests: kopf imports it whenever it is installed (to recognise its model classes and
@@ -112,6 +122,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     if not args.verbose:
         logging.getLogger("kopf.objects").addFilter(quiet_bookkeeping)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(retries_are_warnings)
     if settings.peering:
         # kopf takes its peer identity from POD_ID; the drift watcher needs to know it too.
         os.environ.setdefault("POD_ID", f"{socket.gethostname()}-{os.getpid()}")

@@ -54,6 +54,24 @@ def test_routine_registry_lines_are_dropped_but_not_their_failures() -> None:
     assert quiet_bookkeeping(record(logging.INFO, "Handler 'reconcile' succeeded."))
 
 
+def test_a_request_kopf_will_retry_is_a_warning_and_one_it_gives_up_on_an_error() -> None:
+    """`make run`'s first screen showed an ERROR at every start: lists refused with 429 while
+    the API server's storage initializes, retried by kopf a second later."""
+    import logging
+
+    from jetstream_operator.cli import retries_are_warnings
+
+    def level(message: str, name: str = "kopf._cogs.clients.watching") -> str:
+        record = logging.LogRecord(name, logging.ERROR, __file__, 1, message, None, None)
+        assert retries_are_warnings(record)
+        return record.levelname
+
+    retried = "Request attempt #1/9 failed; will retry: GET /apis/x -> APITooManyRequestsError()"
+    assert level(retried) == "WARNING"
+    assert level("Request attempt #9/9 failed; escalating: GET /apis/x -> ...") == "ERROR"
+    assert level(retried, name="jetstream_operator.k8s") == "ERROR"  # only kopf's own retries
+
+
 def test_registry_handlers_run_on_the_event_loop() -> None:
     """kopf runs plain functions in threads; the registries are read by the loop unlocked (a
     thread mutating one made drift repair fail with 'dictionary changed size')."""
