@@ -134,9 +134,11 @@ e2e-node: tools
 IMAGE ?= jetstream-operator:dev
 # Every artifact of pyproject.toml's version into dist/: wheels and sdists (the operator, and
 # jetstream-spark, the data source alone), the packaged chart, the image (OCI layout tarball),
-# SHA256SUMS. NO_IMAGE=1 leaves out the image.
+# SHA256SUMS. NO_IMAGE=1 leaves out the image; REGISTRY=host:port pushes the image and the chart
+# to that (plain-HTTP) OCI registry too.
 release: venv
-	$(PY) -m jetstream_devtools.release --out dist $(if $(NO_IMAGE),--no-image)
+	$(PY) -m jetstream_devtools.release --out dist $(if $(NO_IMAGE),--no-image) \
+	  $(if $(REGISTRY),--registry $(REGISTRY))
 
 image: venv
 	$(PY) -m jetstream_devtools.containers --build $(IMAGE)

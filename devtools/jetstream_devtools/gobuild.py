@@ -44,6 +44,9 @@ operator-mode server holds (`nats account info` with a user's .creds)."""
 JWTCHECK_VERSION = "jwt-v2.8.2-r1"
 """jwtcheck: github.com/nats-io/jwt/v2 (the version natscli v0.5.0 requires) decoding and
 validating our JWTs. Bump the -rN suffix when its main.go changes: binaries are cached by it."""
+REGISTRY_VERSION = "distribution-v3.1.2"
+"""The CNCF Distribution registry (github.com/distribution/distribution/v3), an OCI registry
+for the release's image and chart, started on loopback (`jetstream_devtools.registry`)."""
 PROMTOOL_VERSION = "prometheus-v0.316.0"
 """promtool from the Prometheus module (v0.316.0, Prometheus 3), which checks and unit-tests the
 chart's alerting rules."""
@@ -110,6 +113,12 @@ TOOLS: dict[str, GoTool] = {
     "jwtcheck": GoTool("jwtcheck", "jwtcheck", ".", JWTCHECK_VERSION),
     "promtool": GoTool(
         "promtool", "promtool", "github.com/prometheus/prometheus/cmd/promtool", PROMTOOL_VERSION
+    ),
+    "registry": GoTool(
+        "registry",
+        "registry",
+        "github.com/distribution/distribution/v3/cmd/registry",
+        REGISTRY_VERSION,
     ),
     "helm": GoTool(
         "helm",

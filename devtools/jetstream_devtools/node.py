@@ -111,6 +111,20 @@ class Node:
             self.stop()
             raise
 
+    @property
+    def registry_hosts(self) -> Path:
+        return self.workdir / "registry-hosts"
+
+    def trust_registry(self, host: str) -> None:
+        """Let containerd pull from a plain-HTTP registry at host:port (a loopback one the
+        tests start), as a cluster's nodes are configured for a private registry."""
+        directory = self.registry_hosts / host
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "hosts.toml").write_text(
+            f'server = "http://{host}"\n\n[host."http://{host}"]\n'
+            '  capabilities = ["pull", "resolve"]\n'
+        )
+
     def load_image(self, docker: Docker, tag: str) -> None:
         """Copy an image from the local Docker into the node's containerd (nothing is pulled)."""
         tarball = docker.save(tag, self.workdir / "image-load.tar")
@@ -216,6 +230,9 @@ class Node:
                     f"[{cri}.cni]",
                     f'  bin_dir = "{CNI_BIN_DIR}"',
                     f'  conf_dir = "{cni_conf_dir}"',
+                    # Registries the node may pull from (`trust_registry`), read at each pull.
+                    f"[{cri}.registry]",
+                    f'  config_path = "{self.registry_hosts}"',
                     "",
                 ]
             )

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -172,6 +174,70 @@ def oci_archive(docker_archive: Path, ref_name: str, target: Path) -> Path:
     return target
 
 
+def push_oci_archive(archive: Path, host: str, repository: str, tag: str) -> str:
+    """Push an OCI layout tarball (`oci_archive`) to a plain-HTTP registry through the
+    distribution API: each blob, then the manifest under `tag`. Returns the manifest digest."""
+    base = f"http://{host}/v2/{repository}"
+    with tarfile.open(archive) as layout:
+        files = {
+            member.name: extracted.read()
+            for member in layout.getmembers()
+            if (extracted := layout.extractfile(member)) is not None
+        }
+    for name, data in files.items():
+        if not name.startswith("blobs/sha256/") or name.endswith(_manifest_digest(files)):
+            continue
+        digest = "sha256:" + name.rsplit("/", 1)[1]
+        status, _ = _http("HEAD", f"{base}/blobs/{digest}")
+        if status == 200:
+            continue
+        status, headers = _http("POST", f"{base}/blobs/uploads/")
+        if status != 202:
+            raise RuntimeError(f"registry {host} refused an upload of {repository}: {status}")
+        location = headers["Location"]
+        if location.startswith("/"):
+            location = f"http://{host}{location}"
+        separator = "&" if "?" in location else "?"
+        status, _ = _http("PUT", f"{location}{separator}digest={digest}", data)
+        if status != 201:
+            raise RuntimeError(f"registry {host} refused blob {digest}: {status}")
+    manifest_digest = _manifest_digest(files)
+    manifest = files[f"blobs/sha256/{manifest_digest}"]
+    status, _ = _http("PUT", f"{base}/manifests/{tag}", manifest, OCI_MANIFEST)
+    if status != 201:
+        raise RuntimeError(f"registry {host} refused the manifest of {repository}:{tag}: {status}")
+    return f"sha256:{manifest_digest}"
+
+
+def _manifest_digest(files: dict[str, bytes]) -> str:
+    (entry,) = json.loads(files["index.json"])["manifests"]
+    return str(entry["digest"]).removeprefix("sha256:")
+
+
+def _http(
+    method: str, url: str, data: bytes | None = None, content_type: str = "application/octet-stream"
+) -> tuple[int, dict[str, str]]:
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers)
+
+
+def push_chart(package: Path, host: str) -> str:
+    """`helm push` of a packaged chart to oci://host/charts (plain HTTP); its reference."""
+    helm = ensure_tools(["helm"])["helm"]
+    subprocess.run(
+        [str(helm), "push", str(package), f"oci://{host}/charts", "--plain-http"],
+        check=True,
+        capture_output=True,
+    )
+    return f"oci://{host}/charts/jetstream-operator"
+
+
 def checksums(paths: Sequence[Path], out: Path) -> Path:
     lines = [f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}" for path in paths]
     target = out / "SHA256SUMS"
@@ -179,8 +245,9 @@ def checksums(paths: Sequence[Path], out: Path) -> Path:
     return target
 
 
-def release(out: Path, *, image: bool = True) -> list[Path]:
-    """Every artifact into `out` (emptied first), and their checksums."""
+def release(out: Path, *, image: bool = True, registry: str | None = None) -> list[Path]:
+    """Every artifact into `out` (emptied first), and their checksums; with `registry`
+    (host:port of a plain-HTTP one), the image and the chart pushed there too."""
     version = project_version(ROOT)
     if version is None:
         raise RuntimeError(f"no version in {ROOT / 'pyproject.toml'}")
@@ -193,6 +260,10 @@ def release(out: Path, *, image: bool = True) -> list[Path]:
     artifacts.append(chart_package(version, out))
     if image:
         artifacts.append(image_archive(version, out))
+    if registry is not None:
+        if image:
+            push_oci_archive(artifacts[-1], registry, "jetstream-operator", version)
+        push_chart(out / f"jetstream-operator-{version}.tgz", registry)
     return [*artifacts, checksums(artifacts, out)]
 
 
@@ -202,8 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "dist")
     parser.add_argument("--no-image", action="store_true", help="leave out the image (no engine)")
+    parser.add_argument(
+        "--registry", help="host:port of a plain-HTTP OCI registry to push the image and chart to"
+    )
     args = parser.parse_args(argv)
-    for path in release(args.out, image=not args.no_image):
+    for path in release(args.out, image=not args.no_image, registry=args.registry):
         print(path.relative_to(args.out.parent) if path.is_relative_to(args.out.parent) else path)
     return 0
 

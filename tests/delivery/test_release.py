@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import urllib.request
 import venv
 import zipfile
 from email.parser import Parser
@@ -20,8 +21,16 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from jetstream_devtools.gobuild import ensure_tools
 from jetstream_devtools.paths import project_version
-from jetstream_devtools.release import SPARK_REQUIRES, oci_archive, release
+from jetstream_devtools.registry import Registry
+from jetstream_devtools.release import (
+    SPARK_REQUIRES,
+    oci_archive,
+    push_chart,
+    push_oci_archive,
+    release,
+)
 
 from .helpers import ROOT
 
@@ -157,3 +166,54 @@ def test_a_docker_archive_becomes_an_oci_layout_of_the_same_image(tmp_path: Path
     assert index["manifests"][0]["annotations"] == {"org.opencontainers.image.ref.name": "1.2.3"}
     assert blobs[manifest["config"]["digest"]] == config
     assert [blobs[layer["digest"]] for layer in manifest["layers"]] == layers
+
+
+def test_the_image_and_chart_are_pushed_to_a_real_registry_and_read_back(
+    released: Path, tmp_path: Path
+) -> None:
+    """The CNCF Distribution registry, built from its Go module, on loopback: the OCI layout
+    pushed through the distribution API comes back with the same manifest and blobs, and helm
+    reads the chart's version from oci://."""
+    registry = Registry(tmp_path / "registry")
+    registry.start()
+    try:
+        config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {}}).encode()
+        saved = _tar_with(
+            tmp_path / "saved.tar",
+            {
+                "manifest.json": json.dumps([{"Config": "c.json", "Layers": ["l/t.tar"]}]).encode(),
+                "c.json": config,
+                "l/t.tar": b"a layer",
+            },
+        )
+        archive = oci_archive(saved, "9.9.9", tmp_path / "oci.tar")
+        digest = push_oci_archive(archive, registry.host, "jetstream-operator", "9.9.9")
+        assert registry.tags("jetstream-operator") == ["9.9.9"]
+        request = urllib.request.Request(
+            f"http://{registry.host}/v2/jetstream-operator/manifests/9.9.9",
+            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            served = response.read()
+            assert response.headers["Docker-Content-Digest"] == digest
+        _, manifest, _ = read_layout(archive)
+        assert json.loads(served) == manifest
+        with urllib.request.urlopen(
+            f"http://{registry.host}/v2/jetstream-operator/blobs/{manifest['config']['digest']}",
+            timeout=10,
+        ) as response:
+            assert response.read() == config
+
+        version = project_version(ROOT)
+        reference = push_chart(released / f"jetstream-operator-{version}.tgz", registry.host)
+        helm = ensure_tools(["helm"])["helm"]
+        shown = subprocess.run(
+            [str(helm), "show", "chart", reference, "--version", str(version), "--plain-http"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert yaml.safe_load(shown.stdout)["appVersion"] == version
+    finally:
+        registry.stop()

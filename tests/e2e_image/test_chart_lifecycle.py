@@ -27,8 +27,11 @@ from jetstream_devtools.containers import Docker
 from jetstream_devtools.gobuild import ensure_tools
 from jetstream_devtools.natsserver import NatsServer
 from jetstream_devtools.node import Node, ctr
+from jetstream_devtools.paths import project_version
+from jetstream_devtools.registry import Registry
+from jetstream_devtools.release import oci_archive, push_chart, push_oci_archive
 from jetstream_operator import GROUP, VERSION
-from tests.delivery.helpers import CHART, Helm, new_client, spec_schema
+from tests.delivery.helpers import CHART, ROOT, Helm, new_client, spec_schema
 from tests.e2e_image.test_image_in_cluster import consumer_exists, stream_exists
 from tests.integration.helpers import json_body, name_of, present
 from tests.support.targets import existing_target
@@ -86,7 +89,39 @@ def test_install_failover_upgrade_uninstall(
     watched = f"jso-life-{uuid.uuid4().hex[:6]}"
     system = f"{watched}-system"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=watched)))
-    repository, tag = operator_image.rsplit(":", 1)
+    # As a user installs a release: the image and the chart from an OCI registry (a real one on
+    # loopback), which the node's containerd is configured to pull from.
+    registry = Registry(tmp_path / "registry")
+    registry.start()
+    request.addfinalizer(registry.stop)
+    own_node.trust_registry(registry.host)
+    version = project_version(ROOT)
+    assert version is not None
+    major, minor, patch = (int(part) for part in version.split("-")[0].split(".")[:3])
+    later_version = f"{major}.{minor}.{patch + 1}-e2e"
+    archive = oci_archive(
+        docker.save(operator_image, tmp_path / "saved.tar"), version, tmp_path / "image.oci.tar"
+    )
+    repository = f"{registry.host}/jetstream-operator"
+    for tag in (version, UPGRADED_TAG):
+        push_oci_archive(archive, registry.host, "jetstream-operator", tag)
+    chart_ref = ""
+    charts = tmp_path / "charts"
+    later_chart = chart_with_new_crd_field(tmp_path)
+    for chart_dir, chart_version in ((CHART, version), (later_chart, later_version)):
+        package = helm(
+            "package",
+            chart_dir,
+            "--version",
+            chart_version,
+            "--app-version",
+            chart_version,
+            "--destination",
+            charts,
+        )
+        assert package.returncode == 0, package.stderr
+        packaged = charts / f"jetstream-operator-{chart_version}.tgz"
+        chart_ref = push_chart(packaged, registry.host)
     common = [
         "--namespace",
         system,
@@ -132,9 +167,26 @@ def test_install_failover_upgrade_uninstall(
         pods = core.list_namespaced_pod(system).items
         return [pod for pod in pods if present(pod.metadata).deletion_timestamp is None]
 
-    # Install: two replicas with peering.
-    helm_ok("install", RELEASE, CHART, "--create-namespace", "--set", f"image.tag={tag}", *common)
+    # Install: two replicas with peering, the chart and the image from the registry.
+    helm_ok(
+        "install",
+        RELEASE,
+        chart_ref,
+        "--version",
+        version,
+        "--plain-http",
+        "--create-namespace",
+        "--set",
+        f"image.tag={version}",
+        *common,
+    )
     assert len(operator_pods()) == 2
+    pulled = {
+        status.image_id
+        for pod in operator_pods()
+        for status in present(pod.status).container_statuses or []
+    }
+    assert pulled and all(image.startswith(f"{repository}@sha256:") for image in pulled), pulled
     orders = create_stream("orders")
     consumer = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -158,11 +210,19 @@ def test_install_failover_upgrade_uninstall(
         state = operator_state(core, objects, system, watched)
         raise AssertionError(f"{error}\n{state}") from None
 
-    # Upgrade: a new image tag and a CRD with a new optional field; everything stays Ready.
-    docker.cli("tag", operator_image, f"{repository}:{UPGRADED_TAG}")
-    own_node.load_image(docker, f"{repository}:{UPGRADED_TAG}")
-    upgraded = chart_with_new_crd_field(tmp_path)
-    helm_ok("upgrade", RELEASE, upgraded, "--set", f"image.tag={UPGRADED_TAG}", *common)
+    # Upgrade to the later chart version from the registry: a new image tag and a CRD with a
+    # new optional field; everything stays Ready.
+    helm_ok(
+        "upgrade",
+        RELEASE,
+        chart_ref,
+        "--version",
+        later_version,
+        "--plain-http",
+        "--set",
+        f"image.tag={UPGRADED_TAG}",
+        *common,
+    )
     images = {c.image for pod in operator_pods() for c in present(pod.spec).containers}
     assert images == {f"{repository}:{UPGRADED_TAG}"}
     crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(f"streams.{GROUP}")
