@@ -35,9 +35,12 @@ def retries_are_warnings(record: logging.LogRecord) -> bool:
     """kopf logs a Kubernetes request it will retry as an ERROR (at every start, lists refused
     with 429 while the API server's storage initializes): a WARNING until it gives up, which
     stays an ERROR ("escalating")."""
-    if record.levelno == logging.ERROR and record.name.startswith("kopf._cogs.clients"):
-        if "failed; will retry" in record.getMessage():
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
+    if (
+        record.levelno == logging.ERROR
+        and record.name.startswith("kopf._cogs.clients")
+        and "failed; will retry" in record.getMessage()
+    ):
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
     return True
 
 

@@ -4,6 +4,7 @@ and what it imports, never the operator's dependencies."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
@@ -11,17 +12,20 @@ import subprocess
 import sys
 import tarfile
 import urllib.request
+import uuid
 import venv
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 import yaml
 from packaging.requirements import Requirement
 
 from jetstream_devtools.gobuild import ensure_tools
+from jetstream_devtools.natsserver import NatsServer
 from jetstream_devtools.paths import project_version
 from jetstream_devtools.registry import Registry
 from jetstream_devtools.release import (
@@ -31,6 +35,7 @@ from jetstream_devtools.release import (
     push_oci_archive,
     release,
 )
+from tests.support.spark_jobs import LOCAL_SESSION
 
 from .helpers import ROOT
 
@@ -82,9 +87,43 @@ def test_every_artifact_carries_the_one_version_and_its_checksum(released: Path)
     assert printed.split()[:2] == ["jetstream-operator", version]
 
 
-def test_the_spark_package_holds_the_data_source_and_needs_only_what_it_imports(
-    released: Path, tmp_path: Path
+SPARK_JOB = (
+    LOCAL_SESSION
+    + """
+rows = (
+    spark.read.format("jetstream").option("servers", sys.argv[1]).option("stream", sys.argv[2])
+    .load().select("subject", "data").collect()
+)
+print("ROWS", sorted((row.subject, bytes(row.data).decode()) for row in rows))
+spark.stop()
+"""
+)
+
+
+async def _publish(url: str, stream: str, count: int) -> None:
+    connection = await nats.connect(url)
+    try:
+        js = connection.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+        for index in range(count):
+            await js.publish(f"{stream.lower()}.{index}", f"order-{index}".encode())
+    finally:
+        await connection.close()
+
+
+def _run(python: Path, *args: str, timeout: float = 600) -> str:
+    done = subprocess.run(
+        [str(python), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return done.stdout
+
+
+def test_the_spark_package_brings_only_what_the_data_source_needs_and_reads_a_stream(
+    released: Path, tmp_path: Path, nats_server: NatsServer
 ) -> None:
+    """Installed into an empty environment (with the `pyspark` extra, as a local run would
+    want), nothing of the operator comes along, and a Spark job reads a stream with it."""
     version = project_version(ROOT)
     wheel = released / f"jetstream_spark-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as archive:
@@ -94,27 +133,26 @@ def test_the_spark_package_holds_the_data_source_and_needs_only_what_it_imports(
     assert {r for r in required if "extra ==" not in r} == {
         str(Requirement(r)) for r in SPARK_REQUIRES
     }
-    # Installed for real into an empty environment: nothing of the operator comes along.
     environment = tmp_path / "venv"
     venv.create(environment, with_pip=True)
     python = environment / "bin" / "python"
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    listed = subprocess.run(
-        [str(python), "-m", "pip", "list", "--format=freeze"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    _run(python, "-m", "pip", "install", "--quiet", str(wheel))
+    listed = _run(python, "-m", "pip", "list", "--format=freeze")
     names = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
-    assert {"jetstream-spark", "nats-py", "pyarrow"} <= names
+    assert {"jetstream-spark", "nats-py", "pyarrow"} <= names and "pyspark" not in names
     assert not names & OPERATOR_ONLY, names
+    _run(python, "-m", "pip", "install", "--quiet", f"{wheel}[pyspark]")
+    listed = _run(python, "-m", "pip", "list", "--format=freeze")
+    names = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
+    assert not names & OPERATOR_ONLY, names
+
+    stream = f"SLIM_{uuid.uuid4().hex[:6].upper()}"
+    asyncio.run(_publish(nats_server.url, stream, 3))
+    job = tmp_path / "job.py"
+    job.write_text(SPARK_JOB)
+    out = _run(python, str(job), nats_server.url, stream)
+    expected = [(f"{stream.lower()}.{index}", f"order-{index}") for index in range(3)]
+    assert f"ROWS {expected!r}" in out, out[-2000:]
 
 
 def _tar_with(path: Path, files: dict[str, bytes]) -> Path:

@@ -22,6 +22,7 @@ from jetstream_devtools.figures import scrape
 from jetstream_operator.api.kinds import NATS_USER
 from jetstream_operator.nats import jwt
 from tests.support.natstools import account_info, jwtcheck
+from tests.support.spark_jobs import LOCAL_SESSION
 
 from .accounts_env import (
     EXAMPLE_URL,
@@ -138,21 +139,9 @@ async def test_tools_no_one_here_wrote_agree(
     assert dict(usage)["Streams"] == "1", text
 
 
-SPARK_JOB = """
-import os, sys
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-from pyspark.sql import SparkSession
-from jetstream_spark import register
-spark = (
-    SparkSession.builder.master("local[1]")
-    .config("spark.ui.enabled", "false")
-    .config("spark.driver.host", "127.0.0.1")
-    .config("spark.driver.bindAddress", "127.0.0.1")
-    .config("spark.pyspark.python", sys.executable)
-    .getOrCreate()
-)
-register(spark)
+SPARK_JOB = (
+    LOCAL_SESSION
+    + """
 servers, stream, creds = sys.argv[1:4]
 for method in ("consumer", "direct"):
     rows = (
@@ -168,6 +157,7 @@ for method in ("consumer", "direct"):
     print(method, "ROWS", sorted((row.subject, bytes(row.data).decode()) for row in rows))
 spark.stop()
 """
+)
 
 
 async def test_a_spark_job_reads_a_teams_stream_with_a_users_creds(
