@@ -375,6 +375,16 @@ async def test_an_account_whose_resolver_cannot_be_reached_waits(
         assert ready["status"] == "False"
         reconciling = condition(cluster_object(api_client, "natsaccounts", name), "Reconciling")
         assert reconciling.get("status") == "True"
+        # One Warning, however many jittered retries follow (2 s apart at first, then longer).
+        warning = await event_posted(api_client, "default", name, "ResolverUnreachable")
+        assert warning.type == "Warning"
+        await asyncio.sleep(10)
+        warnings = [
+            event
+            for event in client.CoreV1Api(api_client).list_namespaced_event("default").items
+            if event.involved_object.name == name and event.type == "Warning"
+        ]
+        assert [(e.reason, e.count or 1) for e in warnings] == [("ResolverUnreachable", 1)]
         secret = client.CoreV1Api(api_client).read_namespaced_secret(
             f"natsaccount-{name}", account_system.own_namespace
         )

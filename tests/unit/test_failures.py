@@ -118,3 +118,26 @@ def test_which_jetstream_answers_are_transient() -> None:
     assert is_transient(400, 10005, "no suitable peers for placement, peer offline")
     assert not is_transient(400, 10005, "no suitable peers for placement, insufficient peers")
     assert not is_transient(400, 10058, "stream name already in use with a different config")
+
+
+def test_a_rechecked_kinds_failure_warns_once_and_backs_off_with_jitter() -> None:
+    """NatsAccount and NatsUser passes run in their daemons: a failure gets one Warning, the
+    same failure again none, and the next look comes after the jittered backoff."""
+    from jetstream_operator.handlers.registry import TrackedResource
+    from jetstream_operator.passes.rechecks import next_wait, settled
+    from jetstream_operator.reconcile.ownership import Owner
+
+    now = [100.0]
+    memory = FailureMemory(base_delay=2.0, clock=lambda: now[0], jitter=lambda: 1.0)
+    failed = Result(Outcome(False, "ResolverUnreachable", "no answer"), retry=True)
+    first = settled(memory, "uid-1", failed, None)
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", "ResolverUnreachable")]
+    again = settled(memory, "uid-1", failed, None)
+    assert again.events == []
+    tracked = TrackedResource(Owner("", "acct", "uid-1"), {"spec": {}})
+    assert again.delay is not None and again.delay < 60.0
+    assert next_wait(memory, tracked, 60.0) == again.delay
+    now[0] += 1000
+    assert next_wait(memory, tracked, 60.0) == 0.0  # overdue: look now
+    settled(memory, "uid-1", Result(Outcome(True, "Pushed", "ok")), None)
+    assert next_wait(memory, tracked, 60.0) == 60.0

@@ -139,6 +139,11 @@ class FailureMemory:
     def failing(self, uid: str) -> bool:
         return uid in self._failures
 
+    def retry_in(self, uid: str) -> float | None:
+        """Seconds until the resource's retry is due (0 when overdue), or None: not failing."""
+        failure = self._failures.get(uid)
+        return None if failure is None else max(0.0, failure.retry_at - self.clock())
+
     def __len__(self) -> int:
         return len(self._failures)
 

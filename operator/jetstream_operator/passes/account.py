@@ -33,7 +33,7 @@ from ..reconcile.conditions import Outcome, now_rfc3339
 from ..services import SharedMemo
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
-from .rechecks import recheck_every
+from .rechecks import RECHECKED, next_wait, ready_condition, recheck_every, settled
 
 logger = logging.getLogger(__name__)
 
@@ -252,9 +252,13 @@ async def reconcile(call: KopfCall, old: Mapping[str, Any] | None) -> None:
     memo, name = call.memo, call.name
     # At a restart the resolver's copy is compared first: nothing is pushed that is there.
     force = call.reason != kopf.Reason.RESUME
-    await run_kopf_work(
-        NATS_ACCOUNT, memo.accounts, lambda: checked(memo, name, call.spec, force=force), call
-    )
+    memory = memo.failures.for_connection(RECHECKED)
+
+    async def push_as_declared() -> Result:
+        result = await checked(memo, name, call.spec, force=force)
+        return settled(memory, call.owner.uid, result, ready_condition(call.status))
+
+    await run_kopf_work(NATS_ACCOUNT, memo.accounts, push_as_declared, call)
 
 
 async def recheck(
@@ -269,6 +273,7 @@ async def recheck(
             for item in tracked.status.get("conditions") or []
         )
         result = await checked(memo, name or "", tracked.spec, force=not ready)
+        result = settled(memory, tracked.owner.uid, result, ready_condition(tracked.status))
         patch = status_patch(tracked, result, memo.budget)
         if patch is not None:
             await memo.writer.patch_status(NATS_ACCOUNT.plural, CLUSTER_SCOPE, name or "", patch)
@@ -281,8 +286,14 @@ async def recheck(
             )
 
     interval = memo.settings.connection_check_interval
+    memory = memo.failures.for_connection(RECHECKED)
     await recheck_every(
-        stopped, memo.accounts, CLUSTER_SCOPE, name or "", lambda _: interval, check
+        stopped,
+        memo.accounts,
+        CLUSTER_SCOPE,
+        name or "",
+        lambda tracked: next_wait(memory, tracked, interval),
+        check,
     )
 
 

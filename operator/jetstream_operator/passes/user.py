@@ -36,7 +36,7 @@ from ..services import SharedMemo
 from . import account
 from .envelope import event_reference
 from .from_kopf import KopfCall, run_kopf_work
-from .rechecks import recheck_every
+from .rechecks import RECHECKED, next_wait, ready_condition, recheck_every, settled
 
 CREDS_KEY = "user.creds"
 USER_STATUS_FIELDS = (
@@ -288,9 +288,11 @@ def next_check(spec_body: Mapping[str, Any], status: Mapping[str, Any], interval
 async def reconcile(call: KopfCall, old: Mapping[str, Any] | None) -> None:
     memo = call.memo
     uid = str(call.meta.get("uid", ""))
+    memory = memo.failures.for_connection(RECHECKED)
 
     async def issue() -> Result:
-        return await issued(memo, call.namespace, call.name, uid, call.spec, call.status)
+        result = await issued(memo, call.namespace, call.name, uid, call.spec, call.status)
+        return settled(memory, uid, result, ready_condition(call.status))
 
     await run_kopf_work(NATS_USER, memo.natsusers, issue, call)
 
@@ -304,9 +306,12 @@ async def recheck(
 ) -> None:
     """Rotate when due, and retry a user that waits for its account or references."""
     interval = memo.settings.connection_check_interval
+    memory = memo.failures.for_connection(RECHECKED)
 
     def wait(tracked: TrackedResource | None) -> float:
-        return interval if tracked is None else next_check(tracked.spec, tracked.status, interval)
+        if tracked is None:
+            return interval
+        return next_wait(memory, tracked, next_check(tracked.spec, tracked.status, interval))
 
     async def check(tracked: TrackedResource) -> None:
         await _recheck_one(memo, tracked)
@@ -319,6 +324,8 @@ async def _recheck_one(memo: SharedMemo, tracked: TrackedResource) -> None:
     result = await issued(
         memo, owner.namespace, owner.name, owner.uid, tracked.spec, tracked.status
     )
+    memory = memo.failures.for_connection(RECHECKED)
+    result = settled(memory, owner.uid, result, ready_condition(tracked.status))
     patch = status_patch(tracked, result, memo.budget)
     if patch is not None:
         await memo.writer.patch_status(NATS_USER.plural, owner.namespace, owner.name, patch)
