@@ -16,7 +16,7 @@ help:
 	@echo "            (AUTH=jwt: NATS in operator mode, with examples/accounts/)"
 	@echo "make test   lint, unit and integration tests against real kube-apiserver and nats-server"
 	@echo "make test-systems  the image on a real kubelet node, Argo CD and a Spark cluster (CI runs both)"
-	@echo "make test-matrix  the smoke suite on nats-server 2.14 (the matrix of docs/versioning.md; CI runs it)"
+	@echo "make test-matrix  the smoke suite on nats-server 2.14 and Kubernetes 1.30 (docs/versioning.md; CI runs it)"
 	@echo "make down   stop the local environment started by make run"
 	@echo "make crds   regenerate crds/ from the models"
 	@echo "make release  every artifact of this version into dist/ (NO_IMAGE=1: without the image)"
@@ -99,17 +99,28 @@ test-kopf-latest:
 	$(KOPF_LATEST_VENV)/bin/pip show kopf | grep '^Version'
 	$(KOPF_LATEST_VENV)/bin/pytest tests/unit -p no:cacheprovider
 
-# The compatibility matrix's newer NATS (docs/versioning.md): the smoke suite (Stream, Consumer,
-# KeyValue and ObjectStore Ready, drift repair, deletion) on nats-server 2.14, built from its Go
-# module; make test runs everything on the test extras' 2.12. .ci/run runs this too.
+# The compatibility matrix (docs/versioning.md); make test runs everything on the test extras'
+# nats-server 2.12 and Kubernetes 1.34. .ci/run runs this too:
+# - the smoke suite (Stream, Consumer, KeyValue and ObjectStore Ready, drift repair, deletion) on
+#   nats-server 2.14, built from its Go module;
+# - the smoke suite and the admission policies (CEL in the CRDs, the tenancy and finalizer
+#   policies) on the oldest Kubernetes the chart accepts, its control plane built from source.
 MATRIX_SMOKE := tests/integration/test_stream_lifecycle.py tests/integration/test_consumers.py \
   tests/integration/test_buckets.py tests/integration/test_stream_drift.py \
   tests/integration/test_stream_deletion.py
+MATRIX_OLDEST_KUBERNETES := $(MATRIX_SMOKE) tests/integration/test_devenv.py \
+  tests/integration/test_admission_policies.py tests/integration/test_tenant_admission.py \
+  tests/integration/test_admission_finalizer.py
 test-matrix: tools
 	@server=$$($(PY) -m jetstream_devtools.gobuild --path nats-server) && \
 	  $$server --version | grep -q 'v2\.14\.' && echo "smoke suite on $$($$server --version)" && \
 	  JETSTREAM_OPERATOR_NATS_SERVER=$$server $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile \
 	  $(MATRIX_SMOKE)
+	@oldest=$$($(PY) -c 'from jetstream_devtools.paths import OLDEST_KUBERNETES_VERSION as v; print(v)') && \
+	  $(PY) -m jetstream_devtools.gobuild kube-apiserver@$$oldest kube-controller-manager@$$oldest && \
+	  echo "smoke suite and admission on Kubernetes $$oldest" && \
+	  JETSTREAM_OPERATOR_KUBERNETES_VERSION=$$oldest $(VENV)/bin/pytest -n $(TEST_WORKERS) \
+	  --dist loadfile $(MATRIX_OLDEST_KUBERNETES)
 
 integration: tools
 	$(VENV)/bin/pytest tests/integration

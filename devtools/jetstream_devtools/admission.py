@@ -20,9 +20,9 @@ from kubernetes.client.exceptions import ApiException
 
 from jetstream_operator import GROUP, VERSION
 
-from .paths import KUBERNETES_VERSION
+from .paths import CHART_DIR, kubernetes_version
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "jetstream-operator"
+CHART = CHART_DIR
 POLICY_TEMPLATE = "templates/finalizer-policy.yaml"
 SERVED_POLICY_API = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
 FINALIZER = f"{GROUP}/finalizer"
@@ -43,7 +43,7 @@ def render_finalizer_policy(
                 release,
                 str(CHART),
                 "--kube-version",
-                KUBERNETES_VERSION,
+                kubernetes_version(),
                 "--api-versions",
                 SERVED_POLICY_API,
                 "--show-only",

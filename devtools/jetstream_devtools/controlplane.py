@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from .gobuild import ensure_tools
-from .paths import LOOPBACK, free_port
+from .gobuild import control_plane_tool, ensure_tools
+from .paths import KUBERNETES_VERSION, LOOPBACK, free_port, kubernetes_version
 from .pki import ControlPlanePki, control_plane_pki
 from .processes import ManagedProcess, ProcessDied, ProcessRecord, http_get, http_request
 
@@ -74,6 +74,7 @@ class ControlPlane:
         endpoint reconciler, Node authorization and every default controller run, as in a cluster.
         """
         self.workdir = workdir.resolve()
+        self.kubernetes_version = kubernetes_version()
         self.node_address = node_address
         self.flow_control = flow_control
         self.profiling = profiling
@@ -155,7 +156,9 @@ class ControlPlane:
 
     def start(self, timeout: float = 180.0) -> None:
         """Start etcd, kube-apiserver, kube-controller-manager; return once each is healthy."""
-        tools = ensure_tools(["etcd", "kube-apiserver", "kube-controller-manager"])
+        tools = ensure_tools(
+            ["etcd", self._tool("kube-apiserver"), self._tool("kube-controller-manager")]
+        )
         self.workdir.mkdir(parents=True, exist_ok=True)
         _ = self.pki
         try:
@@ -182,9 +185,11 @@ class ControlPlane:
     def start_apiserver(self, timeout: float = 120.0) -> None:
         """Bring the API back on the same port with the same data, and kube-controller-manager
         too if it exited meanwhile (it exits when the API goes away during its own start-up)."""
-        self._start_apiserver(ensure_tools(["kube-apiserver"])["kube-apiserver"], timeout)
+        apiserver = self._tool("kube-apiserver")
+        self._start_apiserver(ensure_tools([apiserver])["kube-apiserver"], timeout)
         if self._controller_manager is not None and not self._controller_manager.running:
-            binary = ensure_tools(["kube-controller-manager"])["kube-controller-manager"]
+            manager = self._tool("kube-controller-manager")
+            binary = ensure_tools([manager])["kube-controller-manager"]
             self._start_controller_manager(binary, timeout)
 
     def restart_apiserver(self, timeout: float = 120.0) -> None:
@@ -196,6 +201,9 @@ class ControlPlane:
         return status == 200
 
     # -- internals --------------------------------------------------------------------------
+
+    def _tool(self, name: str) -> str:
+        return control_plane_tool(name, self.kubernetes_version)
 
     def _start_on_free_ports(
         self,
@@ -282,10 +290,14 @@ class ControlPlane:
             "--allow-privileged=true",
             f"--enable-priority-and-fairness={str(self.flow_control).lower()}",
             f"--profiling={str(self.profiling).lower()}",
-            # The chart's finalizer policy: GA from 1.36, beta and off by default in 1.34.
-            "--feature-gates=MutatingAdmissionPolicy=true",
-            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         ]
+        if self.kubernetes_version == KUBERNETES_VERSION:
+            # The chart's finalizer policy: GA from 1.36, beta and off by default in 1.34, absent
+            # before 1.32 (the chart then leaves it out).
+            argv += [
+                "--feature-gates=MutatingAdmissionPolicy=true",
+                "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+            ]
         if self.node_address:
             return [
                 *argv,

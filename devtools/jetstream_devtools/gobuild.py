@@ -23,6 +23,7 @@ from .paths import (
     ETCD_VERSION,
     HELM_VERSION,
     KUBERNETES_VERSION,
+    OLDEST_KUBERNETES_VERSION,
     bin_dir,
     cache_root,
     file_lock,
@@ -104,6 +105,17 @@ TOOLS: dict[str, GoTool] = {
         )
         for name in _KUBE_COMMANDS
     },
+    # The matrix's oldest Kubernetes, a control plane only (no node runs on it).
+    **{
+        f"{name}@{OLDEST_KUBERNETES_VERSION}": GoTool(
+            name,
+            "kube-oldest",
+            f"k8s.io/kubernetes/cmd/{name}",
+            OLDEST_KUBERNETES_VERSION,
+            _kube_ldflags(OLDEST_KUBERNETES_VERSION),
+        )
+        for name in ("kube-apiserver", "kube-controller-manager")
+    },
     "pause": GoTool("pause", "pause", ".", PAUSE_VERSION),
     "kstatus": GoTool("kstatus", "kstatus", ".", KSTATUS_VERSION),
     "nats": GoTool(
@@ -141,6 +153,11 @@ TOOLS: dict[str, GoTool] = {
 
 class BuildError(RuntimeError):
     """`go build` failed; the message carries the tail of its output."""
+
+
+def control_plane_tool(name: str, version: str) -> str:
+    """The TOOLS key of a control-plane command at a pinned Kubernetes version."""
+    return name if version == KUBERNETES_VERSION else f"{name}@{version}"
 
 
 def tool_path(name: str) -> Path:
@@ -249,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.path:
-            print(ensure_tools([args.path])[args.path])
+            print(tool_path(args.path) if ensure_tools([args.path]) else "")
             return 0
         for name, path in ensure_tools(args.tools).items():
             print(f"{name}\t{path}")

@@ -13,9 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 KUBERNETES_VERSION = "v1.34.4"
+OLDEST_KUBERNETES_VERSION = "v1.30.14"
+"""The oldest Kubernetes the chart accepts (its `kubeVersion`): `make test-matrix` runs the smoke
+suite on its kube-apiserver and kube-controller-manager (docs/versioning.md)."""
+KUBERNETES_VERSION_ENV = "JETSTREAM_OPERATOR_KUBERNETES_VERSION"
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v3.19.5"
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO_ROOT / "charts" / "jetstream-operator"
 CACHE_ENV = "JETSTREAM_OPERATOR_CACHE"
 LOOPBACK = "127.0.0.1"
 
@@ -31,6 +37,17 @@ def cache_root() -> Path:
 def bin_dir(version: str) -> Path:
     """Binaries are keyed by version, so bumping a pin never reuses a stale build."""
     return cache_root() / "bin" / version
+
+
+def kubernetes_version() -> str:
+    """The control plane's Kubernetes: the current pin, or the matrix's oldest when asked for."""
+    chosen = os.environ.get(KUBERNETES_VERSION_ENV, KUBERNETES_VERSION)
+    if chosen not in (KUBERNETES_VERSION, OLDEST_KUBERNETES_VERSION):
+        raise ValueError(
+            f"{KUBERNETES_VERSION_ENV}={chosen!r}: the tools pin {KUBERNETES_VERSION} and "
+            f"{OLDEST_KUBERNETES_VERSION} only"
+        )
+    return chosen
 
 
 def nats_server_binary() -> Path:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from .containers import Docker
 from .gobuild import ensure_tools
-from .paths import project_version
+from .paths import REPO_ROOT, project_version
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 SPARK_DISTRIBUTION = "jetstream-spark"
 SPARK_REQUIRES = ["nats-py>=2.9,<2.17", "pyarrow>=15"]
 """nats-py within jetstream_spark._nats_fast.SUPPORTED_NATS_PY; pyarrow for the Arrow batches."""

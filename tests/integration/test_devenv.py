@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from jetstream_devtools import environment, pki
 from jetstream_devtools.controlplane import ControlPlane
 from jetstream_devtools.natsserver import NatsCluster, NatsServer
-from jetstream_devtools.paths import KUBERNETES_VERSION
+from jetstream_devtools.paths import kubernetes_version
 from jetstream_devtools.processes import http_get
 
 from .helpers import new_client, present
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.local_servers]
 def test_apiserver_reports_the_pinned_version(control_plane: ControlPlane) -> None:
     status, body = http_get(f"{control_plane.url}/version", control_plane.ssl_context())
     assert status == 200
-    assert json.loads(body)["gitVersion"] == KUBERNETES_VERSION
+    assert json.loads(body)["gitVersion"] == kubernetes_version()
 
 
 def test_rbac_refuses_a_user_without_bindings(control_plane: ControlPlane, tmp_path: Path) -> None:
