@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from jetstream_devtools.chartdocs import UndocumentedValue, rewritten_readme, values_markdown
+from jetstream_devtools.paths import OLDEST_KUBERNETES_VERSION
 from jetstream_operator.k8s.peering import PEERING_GROUP, peering_crds
 from jetstream_operator.settings import OperatorSettings
 
@@ -362,20 +365,6 @@ def test_names_fit_in_63_characters(helm: Helm) -> None:
     assert any(name.endswith("-metrics") for name in names)
 
 
-def _value_keys(values: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys of values.yaml; Kubernetes structures (resources, ...) count as one key."""
-    whole = {"resources", "podSecurityContext", "securityContext", "livenessProbe",
-             "readinessProbe"}  # fmt: skip
-    keys = []
-    for key, value in values.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value and dotted not in whole:
-            keys += _value_keys(value, f"{dotted}.")
-        else:
-            keys.append(dotted)
-    return keys
-
-
 def test_argocd_example_application_values_are_valid(helm: Helm, tmp_path: Path) -> None:
     application = yaml.safe_load((ROOT / "examples/argocd/application-operator.yaml").read_text())
     values = tmp_path / "values.yaml"
@@ -384,29 +373,31 @@ def test_argocd_example_application_values_are_valid(helm: Helm, tmp_path: Path)
     assert rendered.returncode == 0, rendered.stderr
 
 
-def test_chart_readme_lists_every_value() -> None:
+def test_chart_readme_values_are_generated_from_values_and_schema() -> None:
+    """The values tables are chartdocs' output: every value of values.yaml with its default and
+    its schema description, so a value added, renamed or given a new default shows up here."""
     readme = (CHART / "README.md").read_text()
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    missing = [key for key in _value_keys(values) if f"| `{key}` |" not in readme]
-    assert not missing, f"values missing from charts/jetstream-operator/README.md: {missing}"
+    assert readme == rewritten_readme(readme, values_markdown()), (
+        "charts/jetstream-operator/README.md's values tables differ from values.yaml and "
+        "values.schema.json: python -m jetstream_devtools.chartdocs --write"
+    )
 
 
-def test_chart_readme_defaults_are_those_of_values_yaml() -> None:
-    """Each default the values table states (as YAML in backticks) is the one values.yaml
-    holds, so the table cannot drift from the chart (a default changed in one place only)."""
-    readme = (CHART / "README.md").read_text()
+def test_a_value_without_a_description_or_a_section_is_refused(tmp_path: Path) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    rows = re.findall(r"^\| `([A-Za-z0-9_.]+)` \| `([^`]*)` \|", readme, re.MULTILINE)
-    checked = 0
-    for key, shown in rows:
-        holder: Any = values
-        for part in key.split("."):
-            holder = holder.get(part, KeyError) if isinstance(holder, dict) else KeyError
-        if holder is KeyError:
-            continue
-        checked += 1
-        assert (yaml.safe_load(shown) if shown else "") == holder, (key, shown, holder)
-    assert checked >= 60, checked
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values["operator"]["newValue"] = 1
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    (tmp_path / "values.schema.json").write_text(json.dumps(schema))
+    with pytest.raises(UndocumentedValue, match=r"operator\.newValue has no description"):
+        values_markdown(tmp_path)
+    del values["operator"]["newValue"]
+    values["newValue"] = 1
+    schema["properties"]["newValue"] = {"type": "integer", "description": "A new value."}
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    (tmp_path / "values.schema.json").write_text(json.dumps(schema))
+    with pytest.raises(UndocumentedValue, match=r"no README section: \['newValue'\]"):
+        values_markdown(tmp_path)
 
 
 def _documents(rendered: str) -> list[dict[str, Any]]:
@@ -463,6 +454,16 @@ def test_chart_needs_kubernetes_1_30_for_the_crds_admission_policies(helm: Helm)
     assert old.returncode != 0
     assert "chart requires kubeVersion: >=1.30.0-0" in old.stderr
     assert helm.template(None, "--kube-version", "v1.30.0").returncode == 0
+
+
+def test_the_matrix_tests_the_oldest_kubernetes_the_chart_accepts() -> None:
+    """`make test-matrix` runs on OLDEST_KUBERNETES_VERSION: it must be the chart's floor, so a
+    raised floor moves the tested version with it (and the other way round)."""
+    floor = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    major, minor = OLDEST_KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    assert floor == f">={major}.{minor}.0-0"
+    table = (ROOT / "docs" / "versioning.md").read_text()
+    assert f"{OLDEST_KUBERNETES_VERSION.lstrip('v')} (kube-apiserver" in table
 
 
 def _mebibytes(quantity: str) -> float:
