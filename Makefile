@@ -101,13 +101,13 @@ test-kopf-latest:
 
 # The compatibility matrix (docs/versioning.md); make test runs everything on the test extras'
 # nats-server 2.12 and Kubernetes 1.34. .ci/run runs this too:
-# - the smoke suite (Stream, Consumer, KeyValue and ObjectStore Ready, drift repair, deletion) on
-#   nats-server 2.14, built from its Go module;
+# - the smoke suite (Stream, Consumer, KeyValue and ObjectStore Ready, drift repair, deletion,
+#   consumer reset through the server's reset API) on nats-server 2.14, built from its Go module;
 # - the smoke suite and the admission policies (CEL in the CRDs, the tenancy and finalizer
 #   policies) on the oldest Kubernetes the chart accepts, its control plane built from source.
 MATRIX_SMOKE := tests/integration/test_stream_lifecycle.py tests/integration/test_consumers.py \
   tests/integration/test_buckets.py tests/integration/test_stream_drift.py \
-  tests/integration/test_stream_deletion.py
+  tests/integration/test_stream_deletion.py tests/integration/test_consumer_reset.py
 MATRIX_OLDEST_KUBERNETES := $(MATRIX_SMOKE) tests/integration/test_devenv.py \
   tests/integration/test_admission_policies.py tests/integration/test_tenant_admission.py \
   tests/integration/test_admission_finalizer.py

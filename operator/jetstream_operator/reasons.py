@@ -40,8 +40,9 @@ REASONS: tuple[Reason, ...] = (
         "",
         (
             "a Warning Event: a consumer is deleted and created again because an immutable "
-            "field changed and `spec.recreateOnImmutableChange` is set; its position and "
-            "unacknowledged messages are lost"
+            "field changed and `spec.recreateOnImmutableChange` is set; it starts again just "
+            "after its ack floor (what was delivered but not acknowledged comes again), or "
+            "where new start fields say"
         ),
         "nothing; it was asked for",
     ),
@@ -128,8 +129,9 @@ REASONS: tuple[Reason, ...] = (
             "start at (NATS takes it only at creation)"
         ),
         (
-            "revert it, or set `recreateOnImmutableChange: true` (the consumer's position is "
-            "lost); for a new name or connection, set it back or create a new resource; remove "
+            "revert it, or set `recreateOnImmutableChange: true` (the consumer keeps its "
+            "position unless its start fields changed); for a new name or connection, set it "
+            "back or create a new resource; remove "
             "`spec.firstSequence` or set it to the stream's start"
         ),
     ),
@@ -338,6 +340,28 @@ REASONS: tuple[Reason, ...] = (
             "leader); `status.lastStepDown.error` has its words. Ready stays what it was"
         ),
         "remove the annotation, or give it a new token once the stream has replicas",
+    ),
+    Reason(
+        ("InvalidReset", "ResetFailed"),
+        "(events)",
+        "",
+        (
+            "Warning Events: `jetstream-operator.io/reset-to` is malformed, or NATS refused "
+            "the consumer reset; `status.lastReset` records the token and the error, so it is "
+            "not tried again. Ready stays what it was"
+        ),
+        "fix the annotation's value, with a new token",
+    ),
+    Reason(
+        ("ConsumerReset",),
+        "(event)",
+        "",
+        (
+            "a Normal Event: the consumer reset asked for with `jetstream-operator.io/reset` "
+            "was done; `status.lastReset` says the sequence and how (the server's reset API, "
+            "or recreated at that sequence)"
+        ),
+        "nothing",
     ),
     Reason(
         ("LeaderSteppedDown",),

@@ -16,6 +16,7 @@ from jetstream_operator.reconcile.consumer_config import (
 from jetstream_operator.reconcile.consumer_plan import (
     CreateConsumer,
     ImmutableChangeRefused,
+    InSync,
     OwnedElsewhere,
     PauseConsumer,
     RecreateConsumer,
@@ -27,6 +28,7 @@ from jetstream_operator.reconcile.consumer_plan import (
     plan_consumer,
     release_request,
 )
+from jetstream_operator.reconcile.consumer_reset import positioned_config
 from jetstream_operator.reconcile.ownership import OWNER_METADATA_KEY, RETAINED_METADATA_KEY, Owner
 
 from .consumer_figures import (
@@ -168,7 +170,7 @@ def test_immutable_change_is_refused_by_default(
     message = action.message()
     assert all(f"spec.{field}" in message for field in fields)
     assert "recreateOnImmutableChange: true" in message
-    assert "loses its position" in message
+    assert "just after its ack floor" in message
 
 
 @pytest.mark.parametrize(("before", "after", "fields"), IMMUTABLE_CASES)
@@ -176,12 +178,39 @@ def test_immutable_change_recreates_when_opted_in(
     before: dict[str, Any], after: dict[str, Any], fields: list[str]
 ) -> None:
     wanted = spec(**after, recreateOnImmutableChange=True)
-    action = plan_consumer(wanted, OWNER, True, current_for(**before))
+    current = current_for(**before)
+    current["ack_floor"] = {"consumer_seq": 40, "stream_seq": 41}
+    action = plan_consumer(wanted, OWNER, True, current)
     assert isinstance(action, RecreateConsumer)
     assert action.fields == fields
     assert action.stream == "ORDERS"
-    assert action.config == desired_consumer_config(wanted, OWNER, "ORDERS")
-    assert "position" in action.message()
+    as_specified = desired_consumer_config(wanted, OWNER, "ORDERS")
+    if {"deliverPolicy", "optStartSeq", "optStartTime"} & set(fields):
+        # A new start is the change asked for: it starts where the spec now says.
+        assert action.kept_from is None
+        assert action.config == as_specified
+        assert "where the spec's new start fields say" in action.message()
+    else:
+        # Anything else keeps its position: just after the ack floor, nothing skipped.
+        assert action.kept_from == 42
+        assert action.config == positioned_config(as_specified, 42)
+        assert "stream sequence 42, just after its ack floor" in action.message()
+
+
+def test_a_kept_position_is_in_sync_until_the_spec_moves_its_start() -> None:
+    """After a recreate that kept the position, the consumer (by_start_sequence 42 on the
+    server) matches the spec's deliverPolicy all; the spec's next start change is a change."""
+    wanted = spec(maxWaiting=10, recreateOnImmutableChange=True)
+    recreated = info(server_view(positioned_config(desired(maxWaiting=10), 42)))
+    assert recreated["config"]["deliver_policy"] == "by_start_sequence"
+    assert isinstance(plan_consumer(wanted, OWNER, True, recreated), InSync)
+    updated = plan_consumer(spec(maxWaiting=10, description="x"), OWNER, True, recreated)
+    assert isinstance(updated, UpdateConsumer)
+    assert updated.summary() == "description"
+    assert updated.config["opt_start_seq"] == 42  # an update must repeat the immutable start
+    moved = plan_consumer(spec(maxWaiting=10, deliverPolicy="new"), OWNER, True, recreated)
+    assert isinstance(moved, ImmutableChangeRefused)
+    assert moved.fields == ["deliverPolicy", "optStartSeq"]
 
 
 def test_opting_in_changes_nothing_while_immutable_fields_are_unchanged() -> None:

@@ -309,6 +309,22 @@ class ConsumerSpec(ResourceModel):
         return self.deliver_subject is not None
 
 
+class LastReset(ResourceModel):
+    """The last reset requested with the jetstream-operator.io/reset annotation."""
+
+    token: str
+    """The annotation's value; a reset with this token is never repeated."""
+    sequence: int | None = None
+    """The stream sequence the consumer delivers next after the reset."""
+    method: Literal["ResetAPI", "Recreated"] | None = None
+    """ResetAPI: moved in place by the server (nats-server 2.14 and later). Recreated: deleted
+    and created again at that sequence, on older servers or where the API refused."""
+    time: str | None = None
+    """When the reset ran (RFC 3339)."""
+    error: str | None = None
+    """Why it was not done, if it was not."""
+
+
 class ConsumerStatus(OperatorStatus):
     """Observed state of the consumer, written only by the operator."""
 
@@ -342,3 +358,5 @@ class ConsumerStatus(OperatorStatus):
     """Server currently leading the consumer."""
     push_bound: bool | None = None
     """Whether a subscriber listens on the deliver subject (push consumers)."""
+    last_reset: LastReset | None = None
+    """The last reset handled (the jetstream-operator.io/reset annotation)."""

@@ -223,7 +223,12 @@ async def reconcile(
                 case RecreateConsumer(stream=target, config=config):
                     events.append(Event("Warning", action.reason, action.message()))
                     await jetstream.delete_consumer(target, name)
-                    info = None
+                    # Created here rather than by the next step's plan: the action's config
+                    # holds the position it keeps, which a plan without the consumer lacks.
+                    info = await jetstream.create_consumer(
+                        target, consumer_request(target, config, "create")
+                    )
+                    events.append(Event("Normal", "Recreated", f"recreated consumer {name}"))
                     continue
                 case ImmutableChangeRefused() | OwnedElsewhere():
                     result = needs_a_person(action.reason, action.message())

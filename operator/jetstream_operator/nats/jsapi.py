@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from nats.aio.client import Client
@@ -32,6 +33,8 @@ STREAM_NOT_FOUND = 10059
 STREAM_NAME_IN_USE = 10058  # a create of a stream that exists with another config
 CONSUMER_NOT_FOUND = 10014
 CONSUMER_EXISTS = 10148  # action "create" on a consumer that exists with another config
+CONSUMER_INVALID_RESET = 10204  # a reset below the consumer's configured start, or by policy
+NO_MESSAGE_FOUND = 10037
 STREAM_LIST_PAGE = 256
 
 TRANSIENT_ERR_CODES = frozenset(
@@ -289,6 +292,30 @@ class JetStreamApi:
                 return False
             raise
         return True
+
+    async def api_level(self) -> int:
+        """The JetStream API level of the server answering (3 for 2.12, 4 for 2.14)."""
+        answer = await self.request("INFO")
+        return int((answer.get("api") or {}).get("level") or 0)
+
+    async def reset_consumer(self, stream: str, consumer: str, sequence: int) -> dict[str, Any]:
+        """Move a consumer to `sequence` in place (API level 4); 0 for just after its ack
+        floor. Returns the consumer's info after the reset."""
+        body = {"seq": sequence} if sequence else {}
+        return await self.request(f"CONSUMER.RESET.{stream}.{consumer}", body)
+
+    async def first_sequence_at(self, stream: str, moment: datetime) -> int:
+        """The sequence of the stream's first message at or after `moment`; past the last one
+        when there is none yet."""
+        start = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        try:
+            answer = await self.request(f"STREAM.MSG.GET.{stream}", {"start_time": start})
+        except JetStreamError as error:
+            if error.err_code != NO_MESSAGE_FOUND:
+                raise
+            info = await self.stream_info(stream)
+            return int(((info or {}).get("state") or {}).get("last_seq") or 0) + 1
+        return int((answer.get("message") or {}).get("seq") or 0)
 
     async def list_consumers(self, stream: str) -> list[dict[str, Any]]:
         """Every consumer's info of one stream, a page at a time."""

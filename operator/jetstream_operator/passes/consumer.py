@@ -13,6 +13,7 @@ from ..api.kinds import CONSUMER
 from ..handlers import consumer as consumer_handlers
 from ..handlers.arrivals import ANNOUNCED_FOR
 from ..handlers.consumer import StreamArrival
+from ..handlers.consumer_operations import reset_if_asked
 from ..handlers.failures import History
 from ..handlers.registry import (
     ResourceRegistry,
@@ -180,6 +181,11 @@ async def reconcile(
                 counted = arrivals.end(under_way, made)  # a new stream's first status counts it
         if stream and not counted and made:
             await recount_stream(memo, owner, spec, stream, jetstream)
+        if stream and result.outcome.ready and not settings.read_only:
+            annotations = call.meta.annotations
+            result = result.then(
+                await reset_if_asked(spec, owner, annotations, status, jetstream, stream)
+            )
         return result
 
     await run_pass(CONSUMER, memo.consumers, work, call, deleting=False)

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.consumer import ConsumerSpec
-from .consumer_config import consumer_differences, desired_consumer_config, immutable_changes
+from .consumer_config import (
+    IMMUTABLE_CONSUMER_FIELDS,
+    consumer_differences,
+    desired_consumer_config,
+    immutable_changes,
+)
+from .consumer_reset import START_FIELDS, kept_position, positioned_config, sequence_after_ack_floor
 from .ownership import Owner, claimed_owner, retained_by
 from .renames import IMMUTABLE_FIELD_CHANGED
 from .stream_config import FieldDifference, ServerConfig, owner_difference
@@ -97,13 +103,22 @@ class RecreateConsumer:
     stream: str
     config: ServerConfig
     fields: list[str]
+    kept_from: int | None = None
+    """The stream sequence it starts at again (just after its ack floor); None when the
+    start fields changed, so that it starts where the spec now says."""
     reason: str = "Recreating"
 
     def message(self) -> str:
-        return (
+        why = (
             f"recreating consumer {self.config['name']!r} because {', '.join(self.fields)} "
-            "changed (spec.recreateOnImmutableChange: true); its position and unacknowledged "
-            "messages are lost"
+            "changed (spec.recreateOnImmutableChange: true)"
+        )
+        if self.kept_from is None:
+            return f"{why}; it starts where the spec's new start fields say"
+        return (
+            f"{why}; it keeps its position: it starts again at stream sequence "
+            f"{self.kept_from}, just after its ack floor, so what was delivered but not "
+            "acknowledged is delivered again"
         )
 
 
@@ -123,7 +138,7 @@ class ImmutableChangeRefused:
             f"{self.names()} differ from consumer {self.consumer!r} in NATS, and the server cannot "
             "change them in place: make the spec match again, or set "
             "spec.recreateOnImmutableChange: true to delete and recreate the consumer (it then "
-            "loses its position and unacknowledged messages)"
+            "starts again just after its ack floor, unless its start fields changed)"
         )
 
 
@@ -195,6 +210,7 @@ def plan_consumer(
     if consumer_info is None:
         return CreateConsumer(stream, desired)
     actual: Mapping[str, Any] = consumer_info.get("config") or {}
+    spec_config, desired = desired, kept_position(desired, actual)
     current_owner = claimed_owner(owner, dict(actual))
     adoptable = current_owner is None and spec.adoption == "IfUnowned"
     if not adoptable and not owner.same_resource(current_owner):
@@ -216,7 +232,11 @@ def plan_consumer(
             # Never delete a consumer we do not own yet, whatever recreateOnImmutableChange says.
             return AdoptionRefused(spec.durable_name, immutable)
         if spec.recreate_on_immutable_change:
-            return RecreateConsumer(stream, desired, immutable)
+            if any(IMMUTABLE_CONSUMER_FIELDS[key] in immutable for key in START_FIELDS):
+                return RecreateConsumer(stream, spec_config, immutable)
+            kept_from = sequence_after_ack_floor(consumer_info)
+            config = positioned_config(spec_config, kept_from)
+            return RecreateConsumer(stream, config, immutable, kept_from)
         return ImmutableChangeRefused(spec.durable_name, immutable)
     in_place = [difference for difference in differences if difference.field != "pause_until"]
     if in_place:

@@ -14,7 +14,14 @@ OWNER_METADATA_KEY = "jetstream-operator.io/owner"
 RETAINED_METADATA_KEY = "jetstream-operator.io/retained-by"
 """Left in place of the owner record by a deletion that retained the object: the same
 namespace/name re-attaches to it; any other resource needs adoption."""
-RECORD_KEYS = frozenset({OWNER_METADATA_KEY, RETAINED_METADATA_KEY})
+START_SEQUENCE_KEY = "jetstream-operator.io/start-sequence"
+"""Consumer metadata: the stream sequence the operator recreated the consumer at
+(`consumer_reset`)."""
+START_FOR_KEY = "jetstream-operator.io/start-for"
+"""Consumer metadata: the spec's start fields that position stands in for."""
+RECORD_KEYS = frozenset(
+    {OWNER_METADATA_KEY, RETAINED_METADATA_KEY, START_SEQUENCE_KEY, START_FOR_KEY}
+)
 """The operator's own records in an object's metadata, never the user's."""
 OWNER_FIELD = "owner"
 """The name a renewed owner record goes by in a plan's differences."""
