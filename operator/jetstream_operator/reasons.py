@@ -336,10 +336,10 @@ REASONS: tuple[Reason, ...] = (
         "",
         (
             "a Warning Event: NATS refused the step-down asked for with "
-            "`jetstream-operator.io/step-down` (a stream with one replica has no other "
-            "leader); `status.lastStepDown.error` has its words. Ready stays what it was"
+            "`jetstream-operator.io/step-down` (a stream or consumer with one replica has no "
+            "other leader); `status.lastStepDown.error` has its words. Ready stays what it was"
         ),
-        "remove the annotation, or give it a new token once the stream has replicas",
+        "remove the annotation, or give it a new token once it has replicas",
     ),
     Reason(
         ("InvalidReset", "ResetFailed"),

@@ -287,3 +287,43 @@ async def test_a_step_down_by_annotation_moves_the_leader_once_per_token(
 async def _max_msgs(jetstream: JetStreamApi, stream: str, wanted: int) -> bool:
     info = await jetstream.stream_info(stream)
     return info is not None and info["config"]["max_msgs"] == wanted
+
+
+async def test_a_consumer_step_down_by_annotation_moves_its_leader(
+    resources: Resources, cluster_jetstream: JetStreamApi, namespace: str
+) -> None:
+    """The same annotation on a Consumer asks the consumer's own leader (its Raft group is not
+    the stream's) to step down; status.lastStepDown and status.leader show the new one."""
+    stream = namespace.replace("-", "_").upper()
+    resources.create(
+        "streams",
+        {"kind": "Stream", "metadata": {"name": "held"}, "spec": {"name": stream, "replicas": 3}},
+    )
+    resources.create(
+        "consumers",
+        {
+            "kind": "Consumer",
+            "metadata": {"name": "reader"},
+            "spec": {"durableName": "READER", "streamRef": "held", "replicas": 3},
+        },
+    )
+
+    async def led() -> str | None:
+        resource = resources.get("consumers", "reader")
+        leader = ((resource or {}).get("status") or {}).get("leader")
+        return str(leader) if is_ready(resource) and leader else None
+
+    before = await eventually(led, timeout=60)
+    resources.annotate("consumers", "reader", {STEP_DOWN_ANNOTATION: "first"})
+
+    async def stepped_down() -> dict[str, Any] | None:
+        status = (resources.get("consumers", "reader") or {}).get("status") or {}
+        record = status.get("lastStepDown") or {}
+        done = record.get("token") == "first" and record.get("toLeader")
+        return status if done and status.get("leader") == record["toLeader"] else None
+
+    status = await eventually(stepped_down, timeout=60)
+    record = status["lastStepDown"]
+    assert record["fromLeader"] == before and record["toLeader"] != before, record
+    info = await cluster_jetstream.consumer_info(stream, "READER")
+    assert info is not None and info["cluster"]["leader"] == record["toLeader"]

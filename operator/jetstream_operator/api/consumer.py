@@ -15,7 +15,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from .base import GO_DURATION_PATTERN, Duration, ResourceModel, cel, cel_is, cel_on
 from .status import OperatorStatus
-from .stream import ConnectionRef, StreamName, Subject, connection_rules
+from .stream import ConnectionRef, LastStepDown, StreamName, Subject, connection_rules
 
 # The server refuses '.', '*', '>', '/' and '\' in consumer names (isValidAssetName); whitespace
 # would make the API subject ambiguous.
@@ -360,3 +360,5 @@ class ConsumerStatus(OperatorStatus):
     """Whether a subscriber listens on the deliver subject (push consumers)."""
     last_reset: LastReset | None = None
     """The last reset handled (the jetstream-operator.io/reset annotation)."""
+    last_step_down: LastStepDown | None = None
+    """The last leader step-down handled (the jetstream-operator.io/step-down annotation)."""

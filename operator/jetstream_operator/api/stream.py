@@ -438,7 +438,7 @@ class LastStepDown(ResourceModel):
     token: str
     """The annotation's value; a step-down with this token is never repeated."""
     from_leader: str | None = None
-    """The server that led the stream before."""
+    """The server that led the stream (or consumer) before."""
     to_leader: str | None = None
     """The server leading it after (None: no new leader seen within a few seconds)."""
     time: str | None = None

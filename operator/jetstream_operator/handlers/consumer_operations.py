@@ -1,10 +1,11 @@
-"""The consumer reset asked for by annotation (jetstream-operator.io/reset, with
-jetstream-operator.io/reset-to), once per token with a record in status.lastReset. It runs after
-a pass that found the consumer as declared, as a Stream's purge does."""
+"""One-shot operations asked for by annotation on a Consumer, once per token with a record in
+status: the reset (jetstream-operator.io/reset with reset-to, status.lastReset) and the leader
+step-down (jetstream-operator.io/step-down, status.lastStepDown). They run after a pass that
+found the consumer as declared, as a Stream's purge does; `CONSUMER_OPERATIONS` is their order."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..api.consumer import ConsumerSpec
@@ -21,7 +22,8 @@ from ..reconcile.consumer_reset import (
     sequence_after_ack_floor,
 )
 from ..reconcile.ownership import Owner
-from .operations import declined
+from ..reconcile.purge import pending_step_down
+from .operations import declined, step_down
 from .results import Event, Result, unavailable
 
 
@@ -118,3 +120,32 @@ async def _recreate_at(
     )
     await jetstream.delete_consumer(stream, spec.durable_name)
     return await jetstream.create_consumer(stream, consumer_request(stream, config, "create"))
+
+
+async def step_down_if_asked(
+    spec: Mapping[str, Any],
+    owner: Owner,
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    jetstream: JetStreamApi,
+    stream: str,
+) -> Result | None:
+    """Carry out a leader step-down asked for and not done yet; None when none is pending."""
+    token = pending_step_down(annotations, status)
+    if token is None:
+        return None
+    name = str(spec.get("durableName"))
+    return await step_down(
+        token,
+        f"consumer {name} of stream {stream}",
+        lambda: jetstream.consumer_info(stream, name),
+        lambda: jetstream.step_down_consumer(stream, name),
+    )
+
+
+ConsumerOperation = Callable[
+    [Mapping[str, Any], Owner, Mapping[str, str], Mapping[str, Any], JetStreamApi, str],
+    Awaitable[Result | None],
+]
+
+CONSUMER_OPERATIONS: tuple[ConsumerOperation, ...] = (reset_if_asked, step_down_if_asked)

@@ -1,11 +1,13 @@
 """One-shot operations asked for by annotation on a Stream, KeyValue or ObjectStore, each once
 per token with a record in status: purge (jetstream-operator.io/purge, status.lastPurge) and
-leader step-down (jetstream-operator.io/step-down, status.lastStepDown). Each runs after a pass
+leader step-down (jetstream-operator.io/step-down, status.lastStepDown; `step_down` serves
+Consumers too). Each runs after a pass
 that found the object as declared; `ONE_SHOT_OPERATIONS` is their order."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -15,8 +17,8 @@ from ..reconcile.conditions import Outcome, now_rfc3339
 from ..reconcile.purge import InvalidPurge, pending_purge, pending_step_down
 from .results import Event, Result, unavailable
 
-NEW_LEADER_WAIT = (0.2, 25)
-"""Seconds between looks for the new leader, and how many looks: an election takes a few
+NEW_LEADER_WAIT = (0.2, 15.0)
+"""Seconds between looks for the new leader, and seconds in all: an election takes a few
 seconds on a loaded cluster; the record says None when none was seen within them."""
 
 
@@ -32,17 +34,33 @@ async def step_down_if_asked(
     if token is None:
         return None
     name = str(kind.stream_name(spec))
+    return await step_down(
+        token,
+        f"stream {name}",
+        lambda: jetstream.stream_info(name),
+        lambda: jetstream.step_down_stream(name),
+    )
+
+
+async def step_down(
+    token: str,
+    what: str,
+    look: Callable[[], Awaitable[Mapping[str, Any] | None]],
+    ask: Callable[[], Awaitable[None]],
+) -> Result:
+    """Ask `what`'s leader to step down and wait for the new one: a stream's or a consumer's,
+    seen through `look` (its info) and asked through `ask`."""
     try:
-        before = _leader(await jetstream.stream_info(name))
-        await jetstream.step_down_stream(name)
-        after = await _new_leader(jetstream, name, before)
+        before = _leader(await look())
+        await ask()
+        after = await _new_leader(look, before)
     except JetStreamUnavailable as error:
         return unavailable(error)
     except JetStreamError as error:
-        message = f"NATS refused to step down the leader of stream {name}: {error.description}"
+        message = f"NATS refused to step down the leader of {what}: {error.description}"
         record = {"lastStepDown": {"token": token, "error": error.description}}
         return declined("StepDownFailed", message, record)
-    message = f"stream {name}'s leader stepped down: {before} -> {after or 'no leader yet'}"
+    message = f"{what}'s leader stepped down: {before} -> {after or 'no leader yet'}"
     return Result(
         Outcome(True, "Synced", message),
         status={
@@ -58,10 +76,18 @@ async def step_down_if_asked(
     )
 
 
-async def _new_leader(jetstream: JetStreamApi, name: str, before: str | None) -> str | None:
-    pause, looks = NEW_LEADER_WAIT
-    for _ in range(looks):
-        leader = _leader(await jetstream.stream_info(name))
+async def _new_leader(
+    look: Callable[[], Awaitable[Mapping[str, Any] | None]], before: str | None
+) -> str | None:
+    """The leader elected after `before` stepped down, or None if none was seen in time. A look
+    that goes unanswered is part of an election (a leaderless consumer answers no INFO)."""
+    pause, within = NEW_LEADER_WAIT
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            leader = _leader(await look())
+        except JetStreamUnavailable:
+            leader = None
         if leader and leader != before:
             return leader
         await asyncio.sleep(pause)

@@ -293,6 +293,10 @@ class JetStreamApi:
             raise
         return True
 
+    async def step_down_consumer(self, stream: str, consumer: str) -> None:
+        """Ask the consumer's leader to step down, so that another replica is elected."""
+        await self.request(f"CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}", {})
+
     async def api_level(self) -> int:
         """The JetStream API level of the server answering (3 for 2.12, 4 for 2.14)."""
         answer = await self.request("INFO")

@@ -13,7 +13,7 @@ from ..api.kinds import CONSUMER
 from ..handlers import consumer as consumer_handlers
 from ..handlers.arrivals import ANNOUNCED_FOR
 from ..handlers.consumer import StreamArrival
-from ..handlers.consumer_operations import reset_if_asked
+from ..handlers.consumer_operations import CONSUMER_OPERATIONS
 from ..handlers.failures import History
 from ..handlers.registry import (
     ResourceRegistry,
@@ -183,9 +183,9 @@ async def reconcile(
             await recount_stream(memo, owner, spec, stream, jetstream)
         if stream and result.outcome.ready and not settings.read_only:
             annotations = call.meta.annotations
-            result = result.then(
-                await reset_if_asked(spec, owner, annotations, status, jetstream, stream)
-            )
+            for operation in CONSUMER_OPERATIONS:
+                done = await operation(spec, owner, annotations, status, jetstream, stream)
+                result = result.then(done)
         return result
 
     await run_pass(CONSUMER, memo.consumers, work, call, deleting=False)
