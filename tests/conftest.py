@@ -194,10 +194,9 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
 
 @pytest.fixture(scope="session")
 def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    # Every node carries the same tags, so placement by tags has somewhere to go.
-    cluster = NatsCluster(
-        tmp_path_factory.mktemp("nats-cluster"), size=3, extra_config='server_tags: ["ssd"]'
-    )
+    # Every node carries "ssd", so placement by tags has somewhere to go, and its own
+    # "node:<index>", so a placement can move a stream from one node to another.
+    cluster = NatsCluster(tmp_path_factory.mktemp("nats-cluster"), size=3, tags=("ssd",))
     _fixture_logs["nats_cluster"] = cluster.logs()
     atexit.register(cluster.stop)
     try:

@@ -209,6 +209,10 @@ class NatsServer:
         return self._process.tail(lines) if self._process else ""
 
 
+def _server_tags(tags: Sequence[str]) -> str:
+    return f"server_tags: [{', '.join(_quote(tag) for tag in tags)}]"
+
+
 class NatsCluster:
     """`size` JetStream nodes routed to each other, ready for replicated (R3) streams."""
 
@@ -220,7 +224,10 @@ class NatsCluster:
         name: str = "jetstream-operator",
         extra_config: str = "",
         operator_keys: OperatorKeys | None = None,
+        tags: Sequence[str] = (),
     ) -> None:
+        """Each node is tagged `node:<index>` besides `tags`, so that a placement can name
+        one node (a stream moved from node to node, say)."""
         self.workdir = workdir.resolve()
         self.name = name
         route_ports = [free_port() for _ in range(size)]
@@ -231,7 +238,9 @@ class NatsCluster:
                 port=free_port(),
                 monitor_port=free_port(),
                 cluster=ClusterConfig(name, route_port, tuple(route_ports)),
-                extra_config=extra_config,
+                extra_config="\n".join(
+                    [_server_tags([*tags, f"node:{index}"]), extra_config]
+                ).strip(),
                 operator_keys=operator_keys,
             )
             for index, route_port in enumerate(route_ports)

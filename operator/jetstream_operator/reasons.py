@@ -194,6 +194,18 @@ REASONS: tuple[Reason, ...] = (
         "write what the server accepts for those fields (docs/server-rewrites.md)",
     ),
     Reason(
+        ("Moving",),
+        "False",
+        "False",
+        (
+            "a placement change is under way: the stream's Raft group holds more peers than "
+            "its replicas while the new ones catch up (the message names them). The stream "
+            "serves meanwhile; the operator sends nothing and looks again until the old peers "
+            "have left"
+        ),
+        "nothing; wait (a move that never ends usually lacks a server with the new tags)",
+    ),
+    Reason(
         ("StreamNotFound",),
         "False",
         "False",

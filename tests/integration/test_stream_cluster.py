@@ -327,3 +327,43 @@ async def test_a_consumer_step_down_by_annotation_moves_its_leader(
     assert record["fromLeader"] == before and record["toLeader"] != before, record
     info = await cluster_jetstream.consumer_info(stream, "READER")
     assert info is not None and info["cluster"]["leader"] == record["toLeader"]
+
+
+async def test_a_placement_move_is_reported_and_never_fought(
+    resources: Resources, cluster_jetstream: JetStreamApi, nats_cluster: Any, namespace: str
+) -> None:
+    """A stream with data moved from node 0 to node 1 by its placement tags: status says
+    Moving (Reconciling) while the new peer catches up, the operator sends no second update,
+    and Ready comes back with the stream led by node 1 alone."""
+    stream = namespace.replace("-", "_").upper()
+    spec = {"name": stream, "subjects": [f"{stream}.>"], "placement": {"tags": ["node:0"]}}
+    resources.create("streams", {"kind": "Stream", "metadata": {"name": "mover"}, "spec": spec})
+    await eventually(lambda: _is_ready(resources, "mover"), timeout=60)
+    connection = await nats.connect(servers=list(nats_cluster.urls))
+    try:
+        payload = b"x" * 1024
+        for _ in range(20_000):  # 20 MB, so that catching up takes a moment
+            await connection.publish(f"{stream}.a", payload)
+        await connection.flush()
+    finally:
+        await connection.close()
+    resources.patch_spec("streams", "mover", {"placement": {"tags": ["node:1"]}})
+    reasons: list[str] = []
+
+    async def moved() -> bool:
+        resource = resources.get("streams", "mover")
+        reason = condition(resource).get("reason")
+        if reason and (not reasons or reasons[-1] != reason):
+            reasons.append(str(reason))
+        info = await cluster_jetstream.stream_info(stream) or {}
+        alone_on_1 = (info.get("cluster") or {}).get("leader") == "nats-1" and not (
+            (info.get("cluster") or {}).get("replicas")
+        )
+        return alone_on_1 and is_ready(resource) and "Moving" in reasons
+
+    await eventually(moved, timeout=60, interval=0.1)
+    assert reasons[-2:] == ["Moving", "Synced"], reasons
+    moving = condition(resources.get("streams", "mover"), "Reconciling")
+    assert moving["status"] == "False"
+    info = await cluster_jetstream.stream_info(stream)
+    assert info is not None and info["state"]["messages"] == 20_000

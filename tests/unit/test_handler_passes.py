@@ -60,7 +60,7 @@ async def test_a_created_stream_is_looked_at_again_only_in_a_cluster(
     have not caught up yet, so one INFO then keeps status complete when it turns Ready."""
     server = FakeJetStream()
     server.cluster = cluster
-    spec = {"name": "ORDERS", "subjects": ["orders.>"]}
+    spec = {"name": "ORDERS", "subjects": ["orders.>"], "replicas": 2}  # the leader and n2
     created = await stream_handlers.reconcile(STREAM_KIND, spec, OWNER, as_api(server))
     assert created.outcome.ready and created.status["streamName"] == "ORDERS"
     after = server.requests[server.requests.index("CREATE ORDERS") + 1 :]

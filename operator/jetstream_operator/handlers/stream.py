@@ -17,6 +17,7 @@ from ..reconcile.conditions import Outcome
 from ..reconcile.live_state import (
     clustered,
     existed_before,
+    move_in_progress,
     object_count_request,
     with_consumers_added,
 )
@@ -174,6 +175,10 @@ async def reconcile(
     except JetStreamError as error:
         return _settled(history, owner, info, server_rejected(kind.noun, error, events))
     assert info is not None
+    moving = move_in_progress(info) if outcome.reason == "Synced" else None
+    if moving is not None:
+        # In progress, not failed: Reconciling, looked at again by the retry.
+        outcome = Outcome(False, "Moving", f"{what} is {moving}")
     status = kind.live_state(info)
     if kind.counts_objects:
         status.update(await _object_count(jetstream, spec, info, history))

@@ -17,6 +17,25 @@ EXISTED_BEFORE_SECONDS = 5.0
 create that answered with it (a cluster's reply can trail the creation by a raft round)."""
 
 
+def move_in_progress(info: Mapping[str, Any]) -> str | None:
+    """How a placement change is going, while the stream's Raft group holds more peers than its
+    replicas: the server adds the new peers, lets them catch up, then drops the old ones. None
+    when no move is under way. The operator only reports it; it sends nothing meanwhile."""
+    cluster = info.get("cluster") or {}
+    replicas = cluster.get("replicas") or []
+    peers = {str(cluster["leader"])} if cluster.get("leader") else set()
+    peers |= {str(replica.get("name")) for replica in replicas if replica.get("name")}
+    wanted = int((info.get("config") or {}).get("num_replicas") or 1)
+    if len(peers) <= wanted:
+        return None
+    behind = sorted(str(r.get("name")) for r in replicas if r.get("name") and not r.get("current"))
+    catching_up = f"; catching up: {', '.join(behind)}" if behind else ""
+    return (
+        f"moving to its new placement: {len(peers)} peers for {wanted} "
+        f"replica{'s' if wanted != 1 else ''} ({', '.join(sorted(peers))}){catching_up}"
+    )
+
+
 def existed_before(reply: Mapping[str, Any], older_than: float = EXISTED_BEFORE_SECONDS) -> bool:
     """Whether a create's reply describes a stream or consumer that was already there: the
     server answers the create of one identical to what it holds with what it holds. Both times
