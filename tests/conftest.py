@@ -71,6 +71,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "node: runs on the project's one-node cluster unless an existing one is named"
     )
+    config.addinivalue_line(
+        "markers",
+        "go_tools(*names): Go tools the tests run, built before the first test "
+        "(jetstream_devtools.gobuild names)",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -85,7 +90,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build missing Go tools before any test runs, so a cold build never hits a test timeout."""
+    """Build missing Go tools before any test runs, so a cold build never hits a test timeout:
+    the control plane's, kubectl, and those a test module names with `go_tools` (promtool's
+    build alone takes longer than a test may)."""
     wanted: set[str] = set()
     for item in session.items:
         names = set(getattr(item, "fixturenames", ()))
@@ -97,6 +104,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             wanted |= {"etcd", "kube-apiserver", "kube-controller-manager"}
         if "kubectl" in names:
             wanted.add("kubectl")
+        for mark in item.iter_markers("go_tools"):
+            wanted.update(mark.args)
     if wanted:
         ensure_tools(sorted(wanted))
     on_node = TARGET is None and any(item.get_closest_marker("node") for item in session.items)

@@ -8,12 +8,15 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from jetstream_devtools.gobuild import ensure_tools
 from tests.unit.test_metrics_documented import served_names
 
 from .helpers import Helm, one
+
+pytestmark = pytest.mark.go_tools("promtool")
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "charts" / "jetstream-operator" / "files" / "alerts.yaml"

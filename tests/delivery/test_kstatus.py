@@ -19,6 +19,8 @@ from jetstream_operator.reconcile.conditions import Outcome, conditions_for
 
 from .lua import argocd_health
 
+pytestmark = pytest.mark.go_tools("kstatus")
+
 AGREE = {
     "Current": {"Healthy", "Suspended"},
     "InProgress": {"Progressing", "Suspended"},

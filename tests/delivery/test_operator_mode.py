@@ -24,6 +24,8 @@ from jetstream_operator.nats import jwt
 from tests.conftest import register_logs
 from tests.support.natstools import account_info, jwtcheck
 
+pytestmark = pytest.mark.go_tools("jwtcheck", "nats")
+
 MIB = 1024 * 1024
 JETSTREAM_LIMITS = {
     "mem_storage": -1,

@@ -39,6 +39,8 @@ from tests.support.spark_jobs import LOCAL_SESSION
 
 from .helpers import ROOT
 
+pytestmark = pytest.mark.go_tools("registry")
+
 OPERATOR_ONLY = {"kopf", "kubernetes", "pydantic", "cryptography", "jetstream-operator", "nkeys"}
 
 

@@ -36,7 +36,7 @@ from tests.e2e_image.test_image_in_cluster import consumer_exists, stream_exists
 from tests.integration.helpers import json_body, name_of, present
 from tests.support.targets import existing_target
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.go_tools("registry")]
 
 RELEASE = "jso-life"
 UPGRADED_TAG = "test-upgrade"

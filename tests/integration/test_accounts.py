@@ -51,7 +51,7 @@ from .helpers import (
     refused_with,
 )
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.go_tools("jwtcheck", "nats")]
 
 
 async def test_the_account_is_pushed_and_a_user_gets_only_what_it_declared(
