@@ -107,7 +107,8 @@ test-kopf-latest:
 #   policies) on the oldest Kubernetes the chart accepts, its control plane built from source.
 MATRIX_SMOKE := tests/integration/test_stream_lifecycle.py tests/integration/test_consumers.py \
   tests/integration/test_buckets.py tests/integration/test_stream_drift.py \
-  tests/integration/test_stream_deletion.py tests/integration/test_consumer_reset.py
+  tests/integration/test_stream_deletion.py tests/integration/test_consumer_reset.py \
+  tests/integration/test_snapshots.py
 MATRIX_OLDEST_KUBERNETES := $(MATRIX_SMOKE) tests/integration/test_devenv.py \
   tests/integration/test_admission_policies.py tests/integration/test_tenant_admission.py \
   tests/integration/test_admission_finalizer.py

@@ -150,6 +150,15 @@ class JetStreamApi:
         self._on_account_change = on_account_change
         self._notes: WriteNotes | None = None
 
+    @property
+    def connection(self) -> Client:
+        """The NATS connection, for the exchanges beyond one request (snapshot chunks)."""
+        return self._connection
+
+    def subject(self, operation: str) -> str:
+        """The full subject of an API operation, under this API's prefix (a JS domain's)."""
+        return f"{self._prefix}.{operation}"
+
     def noting_writes(self, notes: WriteNotes) -> JetStreamApi:
         """This API on the same connection, telling `notes` of each stream creation or update
         and each consumer creation before sending it."""
