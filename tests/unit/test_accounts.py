@@ -13,9 +13,11 @@ import pytest
 from jetstream_operator.api.account import NatsAccountSpec, NatsUserSpec
 from jetstream_operator.nats import jwt
 from jetstream_operator.reconcile.accounts import (
+    BucketTarget,
     ConsumerTarget,
     StreamTarget,
     account_claims,
+    api_prefixes,
     outside_allowance,
     rotation_due,
     same_account,
@@ -119,7 +121,7 @@ def test_a_users_permissions_follow_what_it_references() -> None:
             "worker": ConsumerTarget("ORDERS", "worker"),
             "pushed": ConsumerTarget("ORDERS", "pushed", "deliver.pushed"),
         },
-        {"settings": "settings"},
+        {"settings": BucketTarget("settings")},
         {},
     )
     publish, subscribe = permissions.allow_lists()
@@ -132,6 +134,33 @@ def test_a_users_permissions_follow_what_it_references() -> None:
     assert "$KV.settings.>" in publish and "team-a.events" in publish
     assert not any(subject in (">", "$JS.API.>") for subject in publish)
     assert permissions.digest(False) != permissions.digest(True)
+
+
+def test_resources_behind_a_js_domain_are_reached_under_its_prefix_too() -> None:
+    """A client in another domain (a leaf node's, say) addresses the stream's JetStream as
+    $JS.<domain>.API; one on the stream's own servers as $JS.API. Both are granted, only for
+    what the user references."""
+    assert api_prefixes({"jsDomain": "hub"}) == ("$JS.API", "$JS.hub.API")
+    assert api_prefixes({"apiPrefix": "$JS.hub.API"}) == ("$JS.API", "$JS.hub.API")
+    assert api_prefixes({"apiPrefix": "$JS.API"}) == api_prefixes(None) == ("$JS.API",)
+    hub = api_prefixes({"jsDomain": "hub"})
+    user = _user(
+        streams=[{"name": "orders", "access": "Read"}],
+        consumers=[{"name": "worker"}],
+        objectStores=[{"name": "files", "access": "ReadWrite"}],
+    )
+    publish, _ = user_permissions(
+        user,
+        {"orders": StreamTarget("ORDERS", ("orders.>",), hub)},
+        {"worker": ConsumerTarget("AUDIT", "worker", apis=hub)},
+        {},
+        {"files": BucketTarget("files", hub)},
+    ).allow_lists()
+    for api in hub:
+        assert f"{api}.CONSUMER.CREATE.ORDERS.>" in publish
+        assert f"{api}.CONSUMER.MSG.NEXT.AUDIT.worker" in publish
+        assert f"{api}.STREAM.PURGE.OBJ_files" in publish
+    assert not any(subject.startswith("$JS.hub.API.STREAM.INFO.KV_") for subject in publish)
 
 
 def test_explicit_subjects_stay_within_the_accounts_prefixes_for_the_namespace() -> None:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from .. import API_VERSION
 from ..api.account import NatsAccountSpec, NatsUserSpec, rotation_seconds
 from ..api.kinds import NATS_USER
-from ..handlers.registry import CLUSTER_SCOPE, TrackedResource
+from ..handlers.registry import CLUSTER_SCOPE, TrackedResource, spec_connection_key
 from ..handlers.results import Event, Result, validation_message
 from ..handlers.status_writes import status_patch
 from ..k8s.client import ApiError
@@ -24,9 +24,11 @@ from ..k8s.owned_secrets import NotOurs, owner_reference
 from ..nats import jwt
 from ..nats.account_keys import AccountKeys
 from ..reconcile.accounts import (
+    BucketTarget,
     ConsumerTarget,
     Permissions,
     StreamTarget,
+    api_prefixes,
     outside_allowance,
     rotation_due,
     user_permissions,
@@ -83,13 +85,25 @@ def _registry_spec(memo: SharedMemo, kind: str, namespace: str, name: str) -> Ma
     return tracked.spec
 
 
+def _apis(memo: SharedMemo, namespace: str, spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The API prefixes clients use for a resource: its connection's domain's too, if any."""
+    key = spec_connection_key(namespace, spec)
+    if key is None:
+        return api_prefixes(None)
+    registry = memo.clusterconnections if key[0] == CLUSTER_SCOPE else memo.natsconnections
+    tracked = registry.named(*key)
+    return api_prefixes(tracked.spec if tracked is not None else None)
+
+
 def resolved_permissions(memo: SharedMemo, namespace: str, spec: NatsUserSpec) -> Permissions:
     """The permissions, from the Stream, Consumer and bucket resources the user names."""
     streams: dict[str, StreamTarget] = {}
     for grant in spec.streams:
         stream_spec = _registry_spec(memo, "Stream", namespace, grant.name)
         streams[grant.name] = StreamTarget(
-            str(stream_spec.get("name")), tuple(stream_spec.get("subjects") or ())
+            str(stream_spec.get("name")),
+            tuple(stream_spec.get("subjects") or ()),
+            _apis(memo, namespace, stream_spec),
         )
     consumers: dict[str, ConsumerTarget] = {}
     for consumer_grant in spec.consumers:
@@ -102,15 +116,15 @@ def resolved_permissions(memo: SharedMemo, namespace: str, spec: NatsUserSpec) -
             str(stream),
             str(consumer_spec.get("durableName")),
             consumer_spec.get("deliverSubject"),
+            _apis(memo, namespace, consumer_spec),
         )
-    key_values = {
-        grant.name: str(_registry_spec(memo, "KeyValue", namespace, grant.name).get("bucket"))
-        for grant in spec.key_values
-    }
-    object_stores = {
-        grant.name: str(_registry_spec(memo, "ObjectStore", namespace, grant.name).get("bucket"))
-        for grant in spec.object_stores
-    }
+
+    def bucket(kind: str, name: str) -> BucketTarget:
+        bucket_spec = _registry_spec(memo, kind, namespace, name)
+        return BucketTarget(str(bucket_spec.get("bucket")), _apis(memo, namespace, bucket_spec))
+
+    key_values = {grant.name: bucket("KeyValue", grant.name) for grant in spec.key_values}
+    object_stores = {grant.name: bucket("ObjectStore", grant.name) for grant in spec.object_stores}
     return user_permissions(spec, streams, consumers, key_values, object_stores)
 
 

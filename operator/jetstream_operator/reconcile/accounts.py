@@ -99,10 +99,13 @@ def _canonical(value: Any) -> str:
 
 @dataclass(frozen=True)
 class StreamTarget:
-    """A referenced stream as NATS knows it: its name and the subjects it binds."""
+    """A referenced stream as NATS knows it: its name, the subjects it binds, and the API
+    prefixes its clients may use (`$JS.API`, and `$JS.<domain>.API` where its connection names a
+    JetStream domain: a client in another domain reaches it that way)."""
 
     stream: str
     subjects: tuple[str, ...] = ()
+    apis: tuple[str, ...] = (API,)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,26 @@ class ConsumerTarget:
     stream: str
     durable: str
     deliver_subject: str | None = None
+    apis: tuple[str, ...] = (API,)
+
+
+@dataclass(frozen=True)
+class BucketTarget:
+    """A referenced KeyValue or ObjectStore bucket, and the API prefixes, as for streams."""
+
+    bucket: str
+    apis: tuple[str, ...] = (API,)
+
+
+def api_prefixes(connection: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The API prefixes of a connection's spec (NatsConnection or ClusterNatsConnection fields):
+    always `$JS.API`, and the domain's or the custom prefix it names."""
+    named = ""
+    if connection and connection.get("jsDomain"):
+        named = f"$JS.{connection['jsDomain']}.API"
+    elif connection and connection.get("apiPrefix"):
+        named = str(connection["apiPrefix"])
+    return (API, named) if named and named != API else (API,)
 
 
 @dataclass
@@ -127,32 +150,34 @@ class Permissions:
         text = _canonical([*self.allow_lists(), responses])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def allow_api(self, apis: Iterable[str], *operations: str) -> None:
+        """Publishing the JetStream API `operations` under each prefix."""
+        self.publish.update(f"{api}.{operation}" for api in apis for operation in operations)
 
-def _read_stream(permissions: Permissions, stream: str) -> None:
+
+def _read_stream(permissions: Permissions, stream: str, apis: Iterable[str]) -> None:
     """Read a stream by consumers the client makes (ordered, ephemeral) or by direct get."""
-    permissions.publish.update(
-        {
-            f"{API}.INFO",
-            f"{API}.STREAM.NAMES",
-            f"{API}.STREAM.INFO.{stream}",
-            f"{API}.STREAM.MSG.GET.{stream}",
-            f"{API}.DIRECT.GET.{stream}",
-            f"{API}.DIRECT.GET.{stream}.>",
-            f"{API}.CONSUMER.CREATE.{stream}",
-            f"{API}.CONSUMER.CREATE.{stream}.>",
-            f"{API}.CONSUMER.INFO.{stream}.*",
-            f"{API}.CONSUMER.DELETE.{stream}.*",
-            f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
-            f"$JS.ACK.{stream}.>",
-            f"$JS.FC.{stream}.>",
-        }
+    permissions.allow_api(
+        tuple(apis),
+        "INFO",
+        "STREAM.NAMES",
+        f"STREAM.INFO.{stream}",
+        f"STREAM.MSG.GET.{stream}",
+        f"DIRECT.GET.{stream}",
+        f"DIRECT.GET.{stream}.>",
+        f"CONSUMER.CREATE.{stream}",
+        f"CONSUMER.CREATE.{stream}.>",
+        f"CONSUMER.INFO.{stream}.*",
+        f"CONSUMER.DELETE.{stream}.*",
+        f"CONSUMER.MSG.NEXT.{stream}.*",
     )
+    permissions.publish.update({f"$JS.ACK.{stream}.>", f"$JS.FC.{stream}.>"})
     permissions.subscribe.add(INBOX)
 
 
 def _publish_stream(permissions: Permissions, target: StreamTarget) -> None:
     permissions.publish.update(target.subjects)
-    permissions.publish.update({f"{API}.INFO", f"{API}.STREAM.INFO.{target.stream}"})
+    permissions.allow_api(target.apis, "INFO", f"STREAM.INFO.{target.stream}")
     permissions.subscribe.add(INBOX)  # the stream's acknowledgements of publishes
 
 
@@ -160,8 +185,8 @@ def user_permissions(
     spec: NatsUserSpec,
     streams: Mapping[str, StreamTarget],
     consumers: Mapping[str, ConsumerTarget],
-    key_values: Mapping[str, str],
-    object_stores: Mapping[str, str],
+    key_values: Mapping[str, BucketTarget],
+    object_stores: Mapping[str, BucketTarget],
 ) -> Permissions:
     """What the user may publish and subscribe to, from the resolved references (by resource
     name: streams and consumers as NATS names them, buckets by bucket name)."""
@@ -169,37 +194,36 @@ def user_permissions(
     for grant in spec.streams:
         target = streams[grant.name]
         if grant.access in ("Read", "ReadWrite"):
-            _read_stream(permissions, target.stream)
+            _read_stream(permissions, target.stream, target.apis)
         if grant.access in ("Publish", "ReadWrite"):
             _publish_stream(permissions, target)
     for consumer_grant in spec.consumers:
         consumer = consumers[consumer_grant.name]
         stream, durable = consumer.stream, consumer.durable
-        permissions.publish.update(
-            {
-                f"{API}.INFO",
-                f"{API}.STREAM.NAMES",
-                f"{API}.STREAM.INFO.{stream}",
-                f"{API}.CONSUMER.INFO.{stream}.{durable}",
-                f"$JS.ACK.{stream}.{durable}.>",
-                f"$JS.FC.{stream}.>",
-            }
+        permissions.allow_api(
+            consumer.apis,
+            "INFO",
+            "STREAM.NAMES",
+            f"STREAM.INFO.{stream}",
+            f"CONSUMER.INFO.{stream}.{durable}",
         )
+        permissions.publish.update({f"$JS.ACK.{stream}.{durable}.>", f"$JS.FC.{stream}.>"})
         if consumer.deliver_subject:
             permissions.subscribe.add(consumer.deliver_subject)
         else:
-            permissions.publish.add(f"{API}.CONSUMER.MSG.NEXT.{stream}.{durable}")
+            permissions.allow_api(consumer.apis, f"CONSUMER.MSG.NEXT.{stream}.{durable}")
             permissions.subscribe.add(INBOX)
     for bucket_grant in spec.key_values:
-        bucket = key_values[bucket_grant.name]
-        _read_stream(permissions, f"KV_{bucket}")
+        key_value = key_values[bucket_grant.name]
+        _read_stream(permissions, f"KV_{key_value.bucket}", key_value.apis)
         if bucket_grant.access == "ReadWrite":
-            permissions.publish.add(f"$KV.{bucket}.>")
+            permissions.publish.add(f"$KV.{key_value.bucket}.>")
     for bucket_grant in spec.object_stores:
-        bucket = object_stores[bucket_grant.name]
-        _read_stream(permissions, f"OBJ_{bucket}")
+        objects = object_stores[bucket_grant.name]
+        _read_stream(permissions, f"OBJ_{objects.bucket}", objects.apis)
         if bucket_grant.access == "ReadWrite":
-            permissions.publish.update({f"$O.{bucket}.>", f"{API}.STREAM.PURGE.OBJ_{bucket}"})
+            permissions.publish.add(f"$O.{objects.bucket}.>")
+            permissions.allow_api(objects.apis, f"STREAM.PURGE.OBJ_{objects.bucket}")
     permissions.publish.update(spec.publish)
     permissions.subscribe.update(spec.subscribe)
     return permissions
