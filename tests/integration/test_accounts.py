@@ -7,10 +7,12 @@ refused at once, and a rotation leaves no gap."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -414,6 +416,33 @@ async def test_no_seed_reaches_the_log_status_or_events(
     events = client.CoreV1Api(api_client).list_event_for_all_namespaces().items
     assert not [event.message for event in events if SEED.search(event.message or "")]
     assert not SEED.search(process_logs["operator"].read_text())
+
+
+async def test_a_revocation_records_when_the_revoked_credentials_expire(
+    api_client: client.ApiClient, account_system: AccountSystem, resources: Resources, team: str
+) -> None:
+    """Credentials with validFor are revoked until they expire; the keys Secret says when, so a
+    later pass drops the revocation (AccountKeys.without_expired) instead of keeping it for
+    ever. Credentials without validFor are revoked for good."""
+    resources.create("natsusers", nats_user("brief", validFor="1h"))
+    resources.create("natsusers", nats_user("lasting"))
+    brief = await ready(lambda: resources.get("natsusers", "brief"))
+    lasting = await ready(lambda: resources.get("natsusers", "lasting"))
+    resources.delete("natsusers", "brief")
+    resources.delete("natsusers", "lasting")
+    await event_posted(api_client, team, "brief", "Revoked", timeout=20)
+    await event_posted(api_client, team, "lasting", "Revoked", timeout=20)
+    secret = client.CoreV1Api(api_client).read_namespaced_secret(
+        f"natsaccount-{account_system.account}", account_system.own_namespace
+    )
+    data = secret.data or {}
+    revoked = json.loads(base64.b64decode(data["revocations.json"]))
+    expiries = json.loads(base64.b64decode(data["revocation-expiries.json"]))
+    brief_key, lasting_key = brief["status"]["publicKey"], lasting["status"]["publicKey"]
+    assert brief_key in revoked and lasting_key in revoked
+    expires_at = datetime.fromisoformat(brief["status"]["expiresAt"].replace("Z", "+00:00"))
+    assert expiries[brief_key] == int(expires_at.timestamp())
+    assert lasting_key not in expiries
 
 
 async def test_the_shipped_example_works(

@@ -12,6 +12,7 @@ import pytest
 
 from jetstream_operator.api.account import NatsAccountSpec, NatsUserSpec
 from jetstream_operator.nats import jwt
+from jetstream_operator.nats.account_keys import REVOCATION_GRACE, AccountKeys
 from jetstream_operator.reconcile.accounts import (
     BucketTarget,
     ConsumerTarget,
@@ -183,3 +184,21 @@ def test_a_rotation_period_needs_a_validity() -> None:
     schema = NatsUserSpec.model_json_schema()
     rules = [rule["rule"] for rule in schema["x-kubernetes-validations"]]
     assert any("rotationPeriod" in rule and "validFor" in rule for rule in rules)
+
+
+def test_revocations_go_once_the_revoked_credentials_have_expired() -> None:
+    keys = AccountKeys(
+        "SA",
+        "SB",
+        "creds",
+        {"UOLD": 100, "UNEW": 100, "UFOREVER": 100},
+        {"UOLD": 1_000, "UNEW": 5_000},
+    )
+    assert keys.without_expired(1_000 + REVOCATION_GRACE) is keys  # not past the grace yet
+    pruned = keys.without_expired(1_001 + REVOCATION_GRACE)
+    assert pruned.revocations == {"UNEW": 100, "UFOREVER": 100}
+    assert pruned.revocation_expiries == {"UNEW": 5_000}
+    assert AccountKeys.of(pruned.values()) == pruned  # what the Secret holds reads back
+    assert (
+        AccountKeys.of({**keys.values(), "revocation-expiries.json": ""}).revocation_expiries == {}
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import jwt
 
@@ -23,15 +23,45 @@ OPERATOR_SUBSCRIBE = ["_INBOX.>", "$JS.EVENT.>"]
 the applications' subjects."""
 
 
+REVOCATION_GRACE = 300
+"""Seconds a revocation outlives the credentials it revokes: servers whose clocks run behind
+still see them as unexpired for a while."""
+
+
+def _numbers(text: str | None) -> dict[str, int]:
+    return {str(key): int(value) for key, value in json.loads(text or "{}").items()}
+
+
 @dataclass
 class AccountKeys:
     """What the keys Secret holds: the account's seed, the seed of the key that signs its
-    users, the operator's own user, and the users revoked (public key -> revocation time)."""
+    users, the operator's own user, the users revoked (public key -> revocation time), and when
+    the revoked users' last credentials expire, where they do (public key -> expiry)."""
 
     account_seed: str
     signing_seed: str
     operator_creds: str
     revocations: dict[str, int] = field(default_factory=dict)
+    revocation_expiries: dict[str, int] = field(default_factory=dict)
+
+    def without_expired(self, now: int, grace: int = REVOCATION_GRACE) -> AccountKeys:
+        """These keys without the revocations of credentials that have expired anyway: the
+        server refuses an expired JWT by itself, so the entry only grows the account's JWT.
+        Credentials that never expire stay revoked for good."""
+        expired = {
+            key
+            for key, expiry in self.revocation_expiries.items()
+            if key in self.revocations and expiry + grace < now
+        }
+        if not expired:
+            return self
+        return replace(
+            self,
+            revocations={k: v for k, v in self.revocations.items() if k not in expired},
+            revocation_expiries={
+                k: v for k, v in self.revocation_expiries.items() if k not in expired
+            },
+        )
 
     @property
     def public_key(self) -> str:
@@ -47,6 +77,7 @@ class AccountKeys:
             "signing.seed": self.signing_seed,
             OPERATOR_CREDS_KEY: self.operator_creds,
             "revocations.json": json.dumps(self.revocations, sort_keys=True),
+            "revocation-expiries.json": json.dumps(self.revocation_expiries, sort_keys=True),
         }
 
     @classmethod
@@ -55,7 +86,8 @@ class AccountKeys:
             values["account.seed"],
             values["signing.seed"],
             values[OPERATOR_CREDS_KEY],
-            {str(k): int(v) for k, v in json.loads(values.get("revocations.json") or "{}").items()},
+            _numbers(values.get("revocations.json")),
+            _numbers(values.get("revocation-expiries.json")),
         )
 
     @classmethod

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -190,6 +191,11 @@ async def checked(memo: SharedMemo, name: str, spec_body: Mapping[str, Any], for
         async with lock_for(memo, name):
             keys = await account_keys(memo, name, make=True)
             assert keys is not None
+            current = keys.without_expired(int(time.time()))
+            if current is not keys:
+                # Revocations of credentials that expired since: smaller claims, pushed now.
+                await store_keys(memo, name, current)
+                keys, force = current, True
             status: dict[str, Any] = {
                 "publicKey": keys.public_key,
                 "signingKey": keys.signing_key,
@@ -213,9 +219,15 @@ async def checked(memo: SharedMemo, name: str, spec_body: Mapping[str, Any], for
     return Result(Outcome(True, "Pushed", message), status=status, events=events)
 
 
-async def revoke(memo: SharedMemo, account: str, public_keys: list[str]) -> Result | None:
+async def revoke(
+    memo: SharedMemo,
+    account: str,
+    public_keys: list[str],
+    expiries: Mapping[str, int | None] | None = None,
+) -> Result | None:
     """Revoke users in the account's JWT (connections with them are refused from then on);
-    None when the account is gone or was never made, so there is nothing to revoke in."""
+    None when the account is gone or was never made, so there is nothing to revoke in.
+    `expiries` says when a key's credentials expire anyway, after which its revocation goes."""
     tracked = memo.accounts.named(CLUSTER_SCOPE, account)
     if tracked is None:
         return None
@@ -232,11 +244,15 @@ async def revoke(memo: SharedMemo, account: str, public_keys: list[str]) -> Resu
             now = int(time.time())
             fresh = {key: now for key in public_keys if key not in keys.revocations}
             if fresh:
-                revoking = AccountKeys(
-                    keys.account_seed,
-                    keys.signing_seed,
-                    keys.operator_creds,
-                    {**keys.revocations, **fresh},
+                ending = {
+                    key: int(expiry)
+                    for key, expiry in (expiries or {}).items()
+                    if key in fresh and expiry is not None
+                }
+                revoking = replace(
+                    keys,
+                    revocations={**keys.revocations, **fresh},
+                    revocation_expiries={**keys.revocation_expiries, **ending},
                 )
                 await store_keys(memo, account, revoking)
                 keys = revoking

@@ -354,12 +354,19 @@ async def finalize(call: KopfCall) -> None:
     memo = call.memo
 
     async def revoke() -> Result:
-        keys = [call.status.get("publicKey"), (call.status.get("previous") or {}).get("publicKey")]
-        public_keys = [str(key) for key in keys if key]
+        previous = call.status.get("previous") or {}
+        issued = {
+            str(key): _seconds(expires)
+            for key, expires in (
+                (call.status.get("publicKey"), call.status.get("expiresAt")),
+                (previous.get("publicKey"), previous.get("expiresAt")),
+            )
+            if key
+        }
         account_ref = str(call.spec.get("accountRef", ""))
-        if not public_keys:
+        if not issued:
             return Result(Outcome(True, "Deleted", "no credentials were issued"))
-        revoked = await account.revoke(memo, account_ref, public_keys)
+        revoked = await account.revoke(memo, account_ref, list(issued), issued)
         if revoked is None:
             message = f"NatsAccount {account_ref!r} is gone: nothing to revoke in"
             return Result(Outcome(True, "Deleted", message))
