@@ -198,10 +198,10 @@ REASONS: tuple[Reason, ...] = (
         "False",
         "False",
         (
-            "a placement change is under way: the stream's Raft group holds more peers than "
-            "its replicas while the new ones catch up (the message names them). The stream "
-            "serves meanwhile; the operator sends nothing and looks again until the old peers "
-            "have left"
+            "a placement change (or, briefly, a drop of replicas) is under way: the stream's "
+            "Raft group holds more peers than its replicas while the new ones catch up (the "
+            "message names them). The stream serves meanwhile; the operator sends nothing and "
+            "looks again, with backoff, until the old peers have left"
         ),
         "nothing; wait (a move that never ends usually lacks a server with the new tags)",
     ),

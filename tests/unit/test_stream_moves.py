@@ -21,11 +21,11 @@ def info(replicas: int, leader: str | None, peers: list[tuple[str, bool]]) -> di
 def test_a_move_shows_from_the_update_reply_until_the_old_peer_left() -> None:
     update_reply = info(1, None, [("nats-0", True), ("nats-1", False)])
     assert move_in_progress(update_reply) == (
-        "moving to its new placement: 2 peers for 1 replica (nats-0, nats-1); catching up: nats-1"
+        "moving between servers: 2 peers for 1 replica (nats-0, nats-1); catching up: nats-1"
     )
     caught_up = info(1, "nats-1", [("nats-0", True)])
     assert move_in_progress(caught_up) == (
-        "moving to its new placement: 2 peers for 1 replica (nats-0, nats-1)"
+        "moving between servers: 2 peers for 1 replica (nats-0, nats-1)"
     )
     assert move_in_progress(info(1, "nats-1", [])) is None
 

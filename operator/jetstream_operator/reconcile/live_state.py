@@ -18,9 +18,10 @@ create that answered with it (a cluster's reply can trail the creation by a raft
 
 
 def move_in_progress(info: Mapping[str, Any]) -> str | None:
-    """How a placement change is going, while the stream's Raft group holds more peers than its
-    replicas: the server adds the new peers, lets them catch up, then drops the old ones. None
-    when no move is under way. The operator only reports it; it sends nothing meanwhile."""
+    """How a move is going, while the stream's Raft group holds more peers than its replicas: for
+    a placement change the server adds the new peers, lets them catch up, then drops the old ones
+    (a drop of replicas passes through the same state briefly). None when no move is under way.
+    The operator only reports it; it sends nothing meanwhile."""
     cluster = info.get("cluster") or {}
     replicas = cluster.get("replicas") or []
     peers = {str(cluster["leader"])} if cluster.get("leader") else set()
@@ -31,7 +32,7 @@ def move_in_progress(info: Mapping[str, Any]) -> str | None:
     behind = sorted(str(r.get("name")) for r in replicas if r.get("name") and not r.get("current"))
     catching_up = f"; catching up: {', '.join(behind)}" if behind else ""
     return (
-        f"moving to its new placement: {len(peers)} peers for {wanted} "
+        f"moving between servers: {len(peers)} peers for {wanted} "
         f"replica{'s' if wanted != 1 else ''} ({', '.join(sorted(peers))}){catching_up}"
     )
 
